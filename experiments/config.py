@@ -1,0 +1,135 @@
+"""Typed schemas for every config group. Hydra validates each YAML and each command-line override against them,
+so `train.lrr=1` fails naming `lrr` and `train.lr=abc` fails naming `lr` and the type."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from omegaconf import MISSING
+
+
+@dataclass
+class ModelConfig:
+    name: str = MISSING
+    source: str = "offline"  # offline (packaged asset, `make assets`) | hub (hf_id, needs network) | config (random init)
+    hf_id: Optional[str] = None  # the paper's Hugging Face id
+    offline: Optional[str] = None  # asset name under $STRATA_CACHE/models
+    family: str = "bert"  # bert | llama: decides token_type_ids and the tiny builder
+    kind: str = "encoder"  # encoder | causal
+    num_layers: int = MISSING
+    hidden_size: int = MISSING
+    pooling: str = "cls"  # sentence representation for cls/pair heads: cls | mean | last
+    from_config: Optional[dict[str, Any]] = None  # architecture kwargs for source=config
+    stand_in_for: Optional[str] = None  # the paper's model this offline model stands in for (labels tables)
+    notes: str = ""
+
+
+@dataclass
+class HubData:
+    path: Optional[str] = None  # datasets.load_dataset path
+    name: Optional[str] = None  # its config name
+
+
+@dataclass
+class TaskConfig:
+    name: str = MISSING
+    type: str = MISSING  # cls | pair | ner | qa
+    source: str = "offline"  # offline | hub | fixture
+    offline: Optional[str] = None  # asset name under $STRATA_CACHE/data
+    hf: HubData = field(default_factory=HubData)
+    splits: dict[str, str] = field(default_factory=lambda: {"train": "train", "eval": "eval"})
+    text_fields: list[str] = field(default_factory=list)  # cls: [text]; pair: [a, b]; ner: [tokens]; qa: [question, context]
+    label_field: str = "label"  # cls/pair: int label; ner: tag list; qa: answers dict
+    label_names: list[str] = field(default_factory=list)
+    metrics: list[str] = field(default_factory=lambda: ["accuracy"])
+    objective: str = "eval/accuracy"  # early stopping and sweep objective
+    max_length: int = 128
+    doc_stride: int = 64  # qa: overlap between windows of a long context
+    max_answer_length: int = 30  # qa: longest span considered at decoding
+    fixture: Optional[str] = None  # tests/fixtures/<task>.jsonl for debug=smoke
+    stand_in_for: Optional[str] = None  # the paper's dataset this offline one stands in for (labels tables)
+    notes: str = ""
+
+
+@dataclass
+class HardwareConfig:
+    name: str = MISSING
+    device: str = "cpu"  # cpu | cuda | auto
+    precision: str = "fp32"  # fp32 | bf16 | fp16 (autocast)
+    threads: int = 2  # torch intra-op threads
+    batch_size: int = 16
+    eval_batch_size: int = 64
+    num_workers: int = 0
+
+
+@dataclass
+class MethodConfig:
+    """Base of every method's schema; a paper package subclasses it."""
+    name: str = MISSING
+    variant: str = "default"
+
+
+@dataclass
+class FinetuneConfig(MethodConfig):
+    """Full fine-tuning: every weight trains (the baseline all papers compare against)."""
+    name: str = "finetune"
+    variant: str = "full"
+
+
+@dataclass
+class TrainConfig:
+    lr: float = 5e-5
+    weight_decay: float = 0.01  # not applied to biases and LayerNorm weights
+    epochs: float = 3.0
+    max_steps: int = -1  # > 0 overrides epochs
+    warmup_ratio: float = 0.1  # linear warmup, then linear decay to 0
+    grad_accum: int = 1
+    max_grad_norm: float = 1.0
+    eval_every: int = 0  # optimizer steps between evaluations; 0 = once per epoch
+    patience: int = 3  # evaluations without improvement before early stopping; 0 = never stop early
+    progress: bool = True  # tqdm bar (off automatically when stderr is not a terminal)
+
+
+@dataclass
+class DataConfig:
+    source: Optional[str] = None  # overrides task.source (debug=smoke sets fixture)
+    limit_train: Optional[int] = None  # cap on training examples (a fixed random subset, the same for every seed)
+    limit_eval: Optional[int] = None  # cap on evaluation examples (likewise)
+    subset_seed: int = 0  # which subset the limits take
+    max_length: Optional[int] = None  # overrides task.max_length
+
+
+@dataclass
+class StoreConfig:
+    dir: Optional[str] = None  # default $STRATA_CACHE/activations
+    dtype: str = "fp16"  # fp16 | fp32 on disk
+
+
+@dataclass
+class LoggerConfig:
+    name: str = "none"
+    wandb: bool = False
+    project: str = "strata"
+    mode: str = "offline"  # offline keeps runs local; `wandb sync` uploads them later
+
+
+@dataclass
+class Config:
+    model: ModelConfig = MISSING
+    task: TaskConfig = MISSING
+    method: Any = MISSING  # a MethodConfig subclass, chosen by the method group
+    hardware: HardwareConfig = MISSING
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    store: StoreConfig = field(default_factory=StoreConfig)
+    seed: int = 0
+    exp_id: str = "adhoc"  # experiment configs set it (e.g. finetune/default_cpu); names the sweep dir
+    paper: Optional[str] = None  # results/<paper>/; default: the method's package
+    publish: bool = False  # also write results/<paper>/runs/<run_id>.json
+    on_error: str = "raise"  # raise | record (write status=failed and let the sweep go on)
+    force: bool = False  # rerun even if an identical finished result exists
+    results_dir: str = "results"
+    run_id: str = "${task.name}--${model.name}--${method.name}-${method.variant}--seed${seed}"
+    experiment: Optional[Any] = None
+    debug: Optional[Any] = None

@@ -1,0 +1,143 @@
+"""Task data: one loader for offline assets, hub datasets and test fixtures (all as `datasets.DatasetDict` with
+splits train/eval), and the encoders that turn each task type into model features."""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import datasets
+import torch
+from omegaconf import DictConfig
+
+from experiments.assets import require
+
+log = logging.getLogger(__name__)
+REPO = Path(__file__).resolve().parent.parent
+TASK_TYPES = ("cls", "pair", "ner", "qa")
+
+
+def load_splits(task: DictConfig, data: DictConfig) -> datasets.DatasetDict:
+    """train/eval splits of `task`, each capped to a fixed random subset when data.limit_* is set."""
+    source = data.source or task.source
+    if source == "offline":
+        d = require("data", task.offline)
+        files = {split: str(d / f"{name}.jsonl") for split, name in task.splits.items()}
+        ds = datasets.load_dataset("json", data_files=files)
+    elif source == "fixture":
+        if not task.fixture:
+            raise ValueError(f"task {task.name!r} has no fixture; set task.fixture or use data.source=offline")
+        # one committed file holds both splits, marked by a `split` column
+        rows = datasets.load_dataset("json", data_files=str(REPO / task.fixture))["train"]
+        ds = datasets.DatasetDict({s: rows.filter(lambda r, s=s: r["split"] == s) for s in ("train", "eval")})
+    elif source == "hub":
+        hub = datasets.load_dataset(task.hf.path, task.hf.name)
+        ds = datasets.DatasetDict({split: hub[name] for split, name in task.splits.items()})
+    else:
+        raise ValueError(f"unknown data source {source!r}; valid: offline, hub, fixture")
+    for split, limit in (("train", data.limit_train), ("eval", data.limit_eval)):
+        if limit is not None and limit < len(ds[split]):
+            ds[split] = ds[split].shuffle(seed=data.subset_seed).select(range(limit))
+    return ds
+
+
+def max_length(task: DictConfig, data: DictConfig) -> int:
+    return int(data.max_length or task.max_length)
+
+
+def encode(ds: datasets.Dataset, tokenizer, task: DictConfig, max_len: int, train: bool) -> datasets.Dataset:
+    """Model features for one split. qa eval features keep `example_id` and `offset_mapping` for decoding."""
+    if task.type not in TASK_TYPES:
+        raise ValueError(f"task type {task.type!r} has no encoder; valid: {', '.join(TASK_TYPES)}")
+    fn = {"cls": _encode_text, "pair": _encode_text, "ner": _encode_ner, "qa": _encode_qa}[task.type]
+    return ds.map(lambda b, idx: fn(b, idx, tokenizer, task, max_len, train), batched=True, with_indices=True,
+                  remove_columns=ds.column_names,
+                  desc=f"tokenize {task.name}", load_from_cache_file=False)
+
+
+def _encode_text(batch, idx, tokenizer, task, max_len, train):
+    texts = [batch[f] for f in task.text_fields]
+    enc = tokenizer(*texts, truncation=True, max_length=max_len)
+    enc["labels"] = batch[task.label_field]
+    return enc
+
+
+def tag_ids(tags: list, names: list[str]) -> list[int]:
+    """Tags as ids; offline data stores tag strings, hub data (ClassLabel) stores ids already."""
+    if tags and isinstance(tags[0], str):
+        index = {n: i for i, n in enumerate(names)}
+        unknown = sorted(set(tags) - index.keys())
+        if unknown:
+            raise ValueError(f"tags {unknown} are not in task.label_names")
+        return [index[t] for t in tags]
+    return list(tags)
+
+
+def _encode_ner(batch, idx, tokenizer, task, max_len, train):
+    enc = tokenizer(batch[task.text_fields[0]], is_split_into_words=True, truncation=True, max_length=max_len)
+    labels, first = [], []
+    for i, tags in enumerate(batch[task.label_field]):
+        ids, seen, row, row_first = tag_ids(tags, task.label_names), set(), [], []
+        for w in enc.word_ids(i):
+            # the first piece of each word carries its tag; the rest are ignored by the loss and by decoding
+            is_first = w is not None and w not in seen
+            row.append(ids[w] if is_first else -100)
+            row_first.append(w if is_first else -1)
+            seen.add(w)
+        labels.append(row)
+        first.append(row_first)
+    enc["labels"] = labels
+    if not train:
+        enc["word_index"] = first
+    return enc
+
+
+def _encode_qa(batch, idx, tokenizer, task, max_len, train):
+    q_field, c_field = task.text_fields
+    questions = [q.lstrip() for q in batch[q_field]]
+    enc = tokenizer(questions, batch[c_field], truncation="only_second", max_length=max_len, stride=task.doc_stride,
+                    return_overflowing_tokens=True, return_offsets_mapping=True)
+    sample = enc.pop("overflow_to_sample_mapping")
+    starts, ends, example_ids, offsets = [], [], [], []
+    for i, offs in enumerate(enc["offset_mapping"]):
+        seq = enc.sequence_ids(i)
+        ex = sample[i]
+        if train:
+            ans = batch[task.label_field][ex]
+            s_char = ans["answer_start"][0]
+            e_char = s_char + len(ans["text"][0])
+            ctx = [j for j, s in enumerate(seq) if s == 1]
+            # an answer outside this window is labelled at position 0 ([CLS]): "no answer here"
+            if not ctx or offs[ctx[0]][0] > s_char or offs[ctx[-1]][1] < e_char:
+                starts.append(0)
+                ends.append(0)
+            else:
+                starts.append(next(j for j in ctx if offs[j][1] > s_char))
+                ends.append(next(j for j in reversed(ctx) if offs[j][0] < e_char))
+        else:
+            example_ids.append(idx[ex])
+            offsets.append([o if s == 1 else None for o, s in zip(offs, seq)])
+    if train:
+        enc["start_positions"], enc["end_positions"] = starts, ends
+        enc.pop("offset_mapping")
+    else:
+        enc["example_index"], enc["offset_mapping"] = example_ids, offsets
+    return enc
+
+
+PAD_LABEL = -100
+FEATURES = ("input_ids", "attention_mask", "token_type_ids", "labels", "start_positions", "end_positions")
+
+
+def collate(rows: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
+    """Pad a batch to its longest row (dynamic padding: short tasks stay cheap)."""
+    out = {}
+    for key in FEATURES:
+        if key not in rows[0]:
+            continue
+        vals = [r[key] for r in rows]
+        if isinstance(vals[0], list):
+            width = max(len(v) for v in vals)
+            fill = {"input_ids": pad_id, "labels": PAD_LABEL}.get(key, 0)
+            vals = [v + [fill] * (width - len(v)) for v in vals]
+        out[key] = torch.tensor(vals)
+    return out

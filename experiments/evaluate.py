@@ -1,0 +1,85 @@
+"""Prediction and scoring for each task type: batched forward over encoded eval features, then the task's
+metrics on the original examples (NER at word level, QA at answer-text level), as `eval/<metric>` keys."""
+from __future__ import annotations
+
+import datasets
+import numpy as np
+import torch
+from omegaconf import DictConfig
+
+from experiments import metrics as M
+from experiments.data import collate, tag_ids
+
+INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+def forward_logits(model, features: datasets.Dataset, batch_size: int, device, pad_id: int) -> list[np.ndarray]:
+    """Logits per feature (unpadded along the sequence for token-level heads)."""
+    out = []
+    cols = [c for c in INPUTS if c in features.column_names]
+    for i in range(0, len(features), batch_size):
+        rows = features.select_columns(cols)[i:i + batch_size]
+        rows = [dict(zip(rows, vals)) for vals in zip(*rows.values())]
+        batch = {k: v.to(device) for k, v in collate(rows, pad_id).items()}
+        logits = model(**batch).logits.float().cpu().numpy()
+        lengths = batch["attention_mask"].sum(1).tolist()
+        out.extend(lg if lg.ndim == 1 else lg[:n] for lg, n in zip(logits, lengths))
+    return out
+
+
+def evaluate(model, features: datasets.Dataset, examples: datasets.Dataset, task: DictConfig, batch_size: int,
+             device, pad_id: int) -> dict[str, float]:
+    logits = forward_logits(model, features, batch_size, device, pad_id)
+    scores = {"cls": _classification, "pair": _classification, "ner": _ner, "qa": _qa}[task.type](
+        logits, features, examples, task)
+    return {f"eval/{k}": float(v) for k, v in scores.items()}
+
+
+def _classification(logits, features, examples, task):
+    lg = np.stack(logits)
+    probs = np.exp(lg - lg.max(1, keepdims=True))
+    probs /= probs.sum(1, keepdims=True)
+    labels = np.asarray(features["labels"])
+    return M.classification_metrics(list(task.metrics), lg.argmax(1), labels, probs=probs)
+
+
+def _ner(logits, features, examples, task):
+    names = list(task.label_names)
+    gold = [[names[i] for i in tag_ids(t, names)] for t in examples[task.label_field]]
+    # words cut off by max_length get "O": they count as missed entities rather than vanishing from the score
+    pred = [["O"] * len(g) for g in gold]
+    for i, (lg, words) in enumerate(zip(logits, features["word_index"])):
+        for pos, w in enumerate(words[:len(lg)]):
+            if w >= 0:
+                pred[i][w] = names[int(lg[pos].argmax())]
+    scores = M.seqeval_f1(pred, gold)
+    scores["token_f1"] = M.token_f1(pred, gold)
+    return {k: v for k, v in scores.items() if k in task.metrics or k == "token_f1"}
+
+
+def best_span(start: np.ndarray, end: np.ndarray, offsets: list, max_len: int, top: int = 20):
+    """(score, char_start, char_end) of the best valid span in one window, or None: both ends in the context,
+    end >= start, at most max_len tokens."""
+    best = None
+    for s in np.argsort(start)[::-1][:top]:
+        for e in np.argsort(end)[::-1][:top]:
+            if s >= len(offsets) or e >= len(offsets) or offsets[s] is None or offsets[e] is None:
+                continue
+            if e < s or e - s + 1 > max_len:
+                continue
+            score = start[s] + end[e]
+            if best is None or score > best[0]:
+                best = (score, offsets[s][0], offsets[e][1])
+    return best
+
+
+def _qa(logits, features, examples, task):
+    context_field = task.text_fields[1]
+    best: dict[int, tuple] = {}
+    for lg, ex, offs in zip(logits, features["example_index"], features["offset_mapping"]):
+        span = best_span(lg[:, 0], lg[:, 1], offs, task.max_answer_length)
+        if span and (ex not in best or span[0] > best[ex][0]):
+            best[ex] = span
+    contexts, answers = examples[context_field], examples[task.label_field]
+    preds = [contexts[i][best[i][1]:best[i][2]] if i in best else "" for i in range(len(examples))]
+    return M.squad_em_f1(preds, [a["text"] for a in answers])

@@ -1,0 +1,58 @@
+"""method=finetune: Full fine-tuning of encoder + task head (every weight trains)."""
+from __future__ import annotations
+
+import logging
+import random
+
+import torch
+from omegaconf import DictConfig
+
+from experiments import data as D
+from experiments.context import RunContext
+from experiments.evaluate import evaluate
+from experiments.metrics import higher_is_better
+from experiments.models import build, count_parameters
+from experiments.train import fit
+
+log = logging.getLogger(__name__)
+
+
+def prepare(cfg: DictConfig):
+    """Tokenizer, model and encoded splits: what every fine-tuning-style method starts from."""
+    tok, model = build(cfg.model, cfg.task)
+    raw = D.load_splits(cfg.task, cfg.data)
+    n = D.max_length(cfg.task, cfg.data)
+    train = D.encode(raw["train"], tok, cfg.task, n, train=True)
+    evals = D.encode(raw["eval"], tok, cfg.task, n, train=False)
+    return tok, model, raw, train, evals
+
+
+def batches_of(features, batch_size: int, pad_id: int, seed: int):
+    """A function epoch -> shuffled padded batches (a new order each epoch, reproducible from the seed)."""
+    rows = [dict(zip(features.column_names, vals)) for vals in zip(*features.to_dict().values())]
+
+    def epoch_batches(epoch: int):
+        order = list(range(len(rows)))
+        random.Random(seed * 1000 + epoch).shuffle(order)
+        for i in range(0, len(order), batch_size):
+            yield D.collate([rows[j] for j in order[i:i + batch_size]], pad_id)
+    return epoch_batches, -(-len(rows) // batch_size)
+
+
+def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
+    tok, model, raw, train, evals = prepare(cfg)
+    hw = cfg.hardware
+    batches, n_batches = batches_of(train, hw.batch_size, tok.pad_token_id, cfg.seed)
+    ctx.n_samples.update(train_examples=len(raw["train"]), train_features=len(train),
+                         eval_examples=len(raw["eval"]), eval_features=len(evals),
+                         limit_train=cfg.data.limit_train, limit_eval=cfg.data.limit_eval,
+                         max_length=D.max_length(cfg.task, cfg.data))
+    objective = cfg.task.objective
+    result = fit(model, batches, n_batches, cfg.train,
+                 evaluate=lambda m: evaluate(m, evals, raw["eval"], cfg.task, hw.eval_batch_size, ctx.device,
+                                             tok.pad_token_id),
+                 objective=objective, higher_is_better=higher_is_better(objective) is not False,
+                 device=ctx.device, precision=hw.precision, on_eval=lambda s, m: ctx.log_metrics(m, s))
+    ctx.extra["history"] = result.history
+    return {**result.best, **count_parameters(model), "train/steps": result.steps, "train/best_step": result.best_step,
+            "train/epochs": result.epochs, "time/train_s": result.train_s, "time/step_ms": result.step_ms}

@@ -1,0 +1,158 @@
+"""Models: resolve `model=` to weights (offline asset, hub id, or random init from config), and put a task head on
+the encoder. Heads read the encoder's last hidden states, so methods that produce hidden states another way (a
+cache, a fused stack of layers) reuse them unchanged."""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from omegaconf import DictConfig, OmegaConf
+from torch import nn
+from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedTokenizerFast
+
+from experiments.assets import require
+
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]"]
+
+
+def byte_tokenizer() -> PreTrainedTokenizerFast:
+    """A byte-level tokenizer (260 ids, no merges) for random tiny models: any text, no files, no downloads."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
+
+    vocab = {s: i for i, s in enumerate(SPECIALS)}
+    for ch in sorted(pre_tokenizers.ByteLevel.alphabet()):
+        vocab[ch] = len(vocab)
+    tk = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="[UNK]"))
+    tk.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tk.decoder = decoders.ByteLevel()
+    tk.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
+    return PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]",
+                                   sep_token="[SEP]", model_max_length=512)
+
+
+def load_encoder(model: DictConfig) -> tuple[PreTrainedTokenizerFast, nn.Module]:
+    """(tokenizer, base model without any head) for a model config."""
+    if model.source == "config":
+        tok = byte_tokenizer()
+        kwargs = OmegaConf.to_container(model.from_config, resolve=True)
+        model_type = {"bert": "bert", "llama": "llama"}.get(model.family)
+        if model_type is None:
+            raise ValueError(f"source=config builds bert or llama families, not {model.family!r}")
+        cfg = AutoConfig.for_model(model_type, vocab_size=len(tok), pad_token_id=tok.pad_token_id, **kwargs)
+        return tok, AutoModel.from_config(cfg)
+    if model.source == "offline":
+        path = str(require("models", model.offline))
+    elif model.source == "hub":
+        path = model.hf_id
+    else:
+        raise ValueError(f"unknown model source {model.source!r}; valid: offline, hub, config")
+    tok = AutoTokenizer.from_pretrained(path)
+    if tok.pad_token is None:  # causal LMs ship without one; padding is masked anyway
+        tok.pad_token = tok.eos_token
+    enc = AutoModel.from_pretrained(path)
+    return tok, enc
+
+
+def pool(hidden: torch.Tensor, mask: torch.Tensor, how: str) -> torch.Tensor:
+    """(B, T, d) -> (B, d). Right padding: the last real token sits at mask.sum() - 1."""
+    if how == "cls":
+        return hidden[:, 0]
+    if how == "mean":
+        m = mask.unsqueeze(-1).to(hidden.dtype)
+        return (hidden * m).sum(1) / m.sum(1).clamp(min=1)
+    if how == "last":
+        return hidden[torch.arange(hidden.size(0), device=hidden.device), mask.sum(1) - 1]
+    raise ValueError(f"unknown pooling {how!r}; valid: cls, mean, last")
+
+
+@dataclass
+class HeadOutput:
+    logits: torch.Tensor  # cls: (B, C); ner: (B, T, C); qa: (B, T, 2)
+    loss: torch.Tensor | None = None
+
+
+class SequenceHead(nn.Module):
+    """Sentence (pair) classification: pooled state -> dense -> tanh -> linear (the RoBERTa/BERT-pooler head)."""
+
+    def __init__(self, d: int, n_labels: int, pooling: str, dropout: float = 0.1):
+        super().__init__()
+        self.pooling = pooling
+        self.dense, self.out, self.drop = nn.Linear(d, d), nn.Linear(d, n_labels), nn.Dropout(dropout)
+
+    def forward(self, hidden, mask, labels=None, **_):
+        x = self.drop(pool(hidden, mask, self.pooling))
+        logits = self.out(self.drop(torch.tanh(self.dense(x))))
+        return HeadOutput(logits, F.cross_entropy(logits.float(), labels) if labels is not None else None)
+
+
+class TokenHead(nn.Module):
+    """Token classification (NER): a linear layer per token; label -100 is ignored."""
+
+    def __init__(self, d: int, n_labels: int, dropout: float = 0.1):
+        super().__init__()
+        self.out, self.drop = nn.Linear(d, n_labels), nn.Dropout(dropout)
+
+    def forward(self, hidden, mask, labels=None, **_):
+        logits = self.out(self.drop(hidden))
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=-100)
+        return HeadOutput(logits, loss)
+
+
+class SpanHead(nn.Module):
+    """Extractive QA: start and end logits per token; the loss is their mean cross-entropy (BERT)."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.out = nn.Linear(d, 2)
+
+    def forward(self, hidden, mask, start_positions=None, end_positions=None, **_):
+        logits = self.out(hidden).masked_fill(~mask.bool().unsqueeze(-1), torch.finfo(hidden.dtype).min)
+        loss = None
+        if start_positions is not None:
+            loss = (F.cross_entropy(logits[..., 0].float(), start_positions)
+                    + F.cross_entropy(logits[..., 1].float(), end_positions)) / 2
+        return HeadOutput(logits, loss)
+
+
+def make_head(task: DictConfig, model: DictConfig) -> nn.Module:
+    d = model.hidden_size
+    if task.type in ("cls", "pair"):
+        return SequenceHead(d, len(task.label_names), model.pooling)
+    if task.type == "ner":
+        return TokenHead(d, len(task.label_names))
+    if task.type == "qa":
+        return SpanHead(d)
+    raise ValueError(f"no head for task type {task.type!r}; valid: cls, pair, ner, qa")
+
+
+class TaskModel(nn.Module):
+    """encoder + head. Extra batch keys (labels, positions) go to the head."""
+
+    def __init__(self, encoder: nn.Module, head: nn.Module):
+        super().__init__()
+        self.encoder, self.head = encoder, head
+        self._types = "token_type_ids" in inspect.signature(encoder.forward).parameters
+
+    def forward(self, input_ids, attention_mask, token_type_ids=None, **targets) -> HeadOutput:
+        kw = {"token_type_ids": token_type_ids} if self._types and token_type_ids is not None else {}
+        hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask, **kw).last_hidden_state
+        return self.head(hidden, attention_mask, **targets)
+
+
+def build(model: DictConfig, task: DictConfig) -> tuple[PreTrainedTokenizerFast, TaskModel]:
+    tok, enc = load_encoder(model)
+    if enc.config.hidden_size != model.hidden_size:
+        raise ValueError(f"model.hidden_size={model.hidden_size} but {model.name} has {enc.config.hidden_size}")
+    return tok, TaskModel(enc, make_head(task, model))
+
+
+def count_parameters(module: nn.Module) -> dict[str, int]:
+    total = sum(p.numel() for p in module.parameters())
+    trainable = sum(p.numel() for p in module.parameters() if p.requires_grad)
+    return {"params/total": total, "params/trainable": trainable}

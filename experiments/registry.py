@@ -1,0 +1,51 @@
+"""Method name -> "module:function" (imported lazily, so one method's dependencies never slow or break another),
+and the schemas every config group is validated against. Import this before composing any config."""
+from __future__ import annotations
+
+import importlib
+from typing import Callable
+
+from hydra.core.config_store import ConfigStore
+
+from experiments.config import (Config, FinetuneConfig, HardwareConfig, LoggerConfig, ModelConfig,
+                                TaskConfig)
+
+# name -> (entry point, results/<paper> it publishes to)
+METHODS: dict[str, tuple[str, str]] = {
+    "finetune": ("experiments.finetune:run", "finetune"),
+}
+SCHEMAS = {"finetune": FinetuneConfig}
+
+
+class UnknownMethodError(KeyError):
+    pass
+
+
+def _check(name: str) -> None:
+    if name not in METHODS:
+        raise UnknownMethodError(f"unknown method {name!r}; valid methods: {', '.join(sorted(METHODS))}")
+
+
+def resolve(name: str) -> Callable:
+    _check(name)
+    module, fn = METHODS[name][0].split(":")
+    return getattr(importlib.import_module(module), fn)
+
+
+def paper_of(name: str) -> str:
+    _check(name)
+    return METHODS[name][1]
+
+
+def register_configs() -> None:
+    cs = ConfigStore.instance()
+    cs.store(name="config_schema", node=Config)
+    cs.store(group="model", name="schema", node=ModelConfig)
+    cs.store(group="task", name="schema", node=TaskConfig)
+    cs.store(group="hardware", name="schema", node=HardwareConfig)
+    cs.store(group="logger", name="schema", node=LoggerConfig)
+    for name, schema in SCHEMAS.items():
+        cs.store(group="method", name=f"{name}_schema", node=schema)
+
+
+register_configs()

@@ -1,0 +1,111 @@
+"""The one entry point:
+
+    python -m experiments.run method=<m> task=<t> model=<mdl> hardware=<cpu|gpu> [experiment=<paper>/<artifact>] [-m]
+
+Composes the config, skips a run whose identical finished result exists (same config hash), seeds, dispatches to the
+method through the lazy registry and writes one result.json (and results/<paper>/runs/<run_id>.json when
+publish=true). A failure is recorded as status=failed; with on_error=record the sweep goes on.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import random
+import time
+import traceback
+from pathlib import Path
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # before tokenizers is imported: no fork warnings
+
+import hydra
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from experiments import registry
+from experiments.assets import cache_dir
+from experiments.context import RunContext
+from experiments.results import SCHEMA_VERSION, config_hash, finished, provenance, write_json
+from experiments.timing import device_name
+
+log = logging.getLogger("strata")
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError(f"hardware.device={name} but CUDA is not available; use hardware=cpu")
+    return torch.device(name)
+
+
+def execute(cfg: DictConfig, output_dir: Path) -> dict:
+    """Run (or skip) one composed config; returns its run record."""
+    output_dir = Path(output_dir)
+    config = OmegaConf.to_container(cfg, resolve=True)
+    chash = config_hash(config)
+    paper = cfg.paper or registry.paper_of(cfg.method.name)
+    result_path = output_dir / "result.json"
+    published = Path(cfg.results_dir) / paper / "runs" / f"{cfg.run_id}.json"
+    if not cfg.force:
+        done = finished([result_path, published], chash)
+        if done:
+            log.info("skip %s: finished with the same config (hash %s); force=true reruns it", cfg.run_id, chash)
+            if cfg.publish and not published.exists():
+                write_json(published, done)
+            return done
+    fn = registry.resolve(cfg.method.name)
+    seed_everything(cfg.seed)
+    torch.set_num_threads(cfg.hardware.threads)
+    device = pick_device(cfg.hardware.device)
+    ctx = RunContext(output_dir=output_dir, device=device, device_name=device_name(device),
+                     store_dir=Path(cfg.store.dir) if cfg.store.dir else cache_dir() / "activations",
+                     store_dtype=cfg.store.dtype)
+    if cfg.logger.wandb:
+        import wandb
+        ctx.wandb_run = wandb.init(project=cfg.logger.project, mode=cfg.logger.mode, name=cfg.run_id,
+                                   dir=str(output_dir), config=config, reinit=True)
+    record = {"schema_version": SCHEMA_VERSION, "run_id": cfg.run_id, "paper": paper, "exp_id": cfg.exp_id,
+              "status": "running", "metrics": {}, "config": config, "config_hash": chash}
+    log.info("run %s (hash %s) on %s", cfg.run_id, chash, ctx.device_name)
+    start = time.perf_counter()
+    error = None
+    try:
+        record["metrics"] = {k: float(v) for k, v in fn(cfg, ctx).items()}
+        record["status"] = "ok"
+    except Exception as e:  # recorded, then re-raised or swallowed per on_error
+        error = e
+        record.update(status="failed", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc())
+        log.error("run %s failed: %s: %s", cfg.run_id, type(e).__name__, e)
+    finally:
+        if ctx.wandb_run is not None:
+            ctx.wandb_run.finish()
+    from experiments.metrics import higher_is_better
+    record["higher_is_better"] = {k: higher_is_better(k) for k in record["metrics"]}
+    record["n_samples"] = ctx.n_samples
+    record["extra"] = ctx.extra
+    record["provenance"] = {**provenance(ctx.device_name), "hardware": cfg.hardware.name,
+                            "wall_s": round(time.perf_counter() - start, 3)}
+    write_json(result_path, record)
+    if cfg.publish and record["status"] == "ok":
+        write_json(published, record)
+    if error is not None and cfg.on_error == "raise":
+        raise error
+    return record
+
+
+@hydra.main(config_path="../conf", config_name="config", version_base="1.3")
+def main(cfg: DictConfig) -> float | None:
+    from hydra.core.hydra_config import HydraConfig
+    record = execute(cfg, Path(HydraConfig.get().runtime.output_dir))
+    return record["metrics"].get(cfg.task.objective)  # what a sweeper optimises
+
+
+if __name__ == "__main__":
+    main()

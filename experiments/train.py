@@ -1,0 +1,136 @@
+"""One plain-torch fine-tuning loop: AdamW, linear warmup then linear decay, gradient accumulation, early stopping
+on the dev objective (the best weights are restored), a progress bar and per-step timing. It is the "Full"
+baseline every paper compares against, and methods reuse it by passing a model whose frozen parts need no grad."""
+from __future__ import annotations
+
+import copy
+import logging
+import math
+import sys
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from experiments.timing import StepTimer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class FitResult:
+    best: dict[str, float]  # eval metrics of the restored best weights
+    best_step: int
+    steps: int
+    epochs: float
+    train_s: float
+    step_ms: float  # median optimizer-step time (forward + backward + update)
+    stopped_early: bool
+    history: list[dict] = field(default_factory=list)
+
+
+def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """No decay on biases and normalisation weights (BERT's recipe)."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            (no_decay if p.ndim < 2 or "norm" in name.lower() else decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def linear_schedule(optimizer, warmup: int, total: int) -> torch.optim.lr_scheduler.LambdaLR:
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / (warmup + 1)
+        return max(0.0, (total - step) / max(1, total - warmup))
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def total_steps(n_batches: int, cfg) -> int:
+    if cfg.max_steps and cfg.max_steps > 0:
+        return int(cfg.max_steps)
+    return max(1, math.ceil(n_batches * cfg.epochs / cfg.grad_accum))
+
+
+def fit(model: nn.Module, batches: Callable[[int], Iterable[dict]], n_batches: int, cfg,
+        evaluate: Callable[[nn.Module], dict[str, float]], objective: str, higher_is_better: bool,
+        device: torch.device, precision: str = "fp32", on_eval: Callable[[int, dict], None] | None = None) -> FitResult:
+    """Train `model` on `batches(epoch)` (a fresh, reshuffled iterable each epoch) for cfg.max_steps or cfg.epochs.
+
+    `evaluate(model) -> metrics` runs every cfg.eval_every optimizer steps (0: each epoch) and at the end; the weights
+    with the best `metrics[objective]` are kept and restored. cfg is a TrainConfig.
+    """
+    model.to(device)
+    steps_total = total_steps(n_batches, cfg)
+    eval_every = cfg.eval_every or max(1, n_batches // cfg.grad_accum)
+    opt = torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.lr)
+    sched = linear_schedule(opt, int(cfg.warmup_ratio * steps_total), steps_total)
+    autocast = _autocast(device, precision)
+    timer = StepTimer(device)
+    best, best_score, best_state, best_step, bad_evals = {}, None, None, 0, 0
+    history, step, micro, epoch, stopped = [], 0, 0, 0, False
+    sign = 1 if higher_is_better else -1
+    bar = tqdm(total=steps_total, desc="train", disable=not (cfg.progress and sys.stderr.isatty()), leave=False)
+
+    def run_eval() -> bool:
+        nonlocal best, best_score, best_state, best_step, bad_evals
+        model.eval()
+        with torch.inference_mode(), autocast():
+            metrics = evaluate(model)
+        model.train()
+        history.append({"step": step, **metrics})
+        if on_eval:
+            on_eval(step, metrics)
+        score = metrics[objective]
+        log.info("step %d/%d  %s", step, steps_total, "  ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
+        if best_score is None or sign * score > sign * best_score:
+            best, best_score, best_step, bad_evals = metrics, score, step, 0
+            best_state = copy.deepcopy({k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()})
+            return False
+        bad_evals += 1
+        return bool(cfg.patience) and bad_evals >= cfg.patience
+
+    model.train()
+    opt.zero_grad(set_to_none=True)
+    while step < steps_total and not stopped:
+        for batch in batches(epoch):
+            if micro % cfg.grad_accum == 0:
+                timer.start()
+            batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+            with autocast():
+                loss = model(**batch).loss / cfg.grad_accum
+            loss.backward()
+            micro += 1
+            if micro % cfg.grad_accum:
+                continue
+            if cfg.max_grad_norm:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+            opt.step()
+            sched.step()
+            opt.zero_grad(set_to_none=True)
+            step += 1
+            timer.stop()
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss.item() * cfg.grad_accum:.4f}", refresh=False)
+            if step % eval_every == 0 or step == steps_total:
+                stopped = run_eval()
+            if stopped or step >= steps_total:
+                break
+        epoch += 1
+    bar.close()
+    if not history or history[-1]["step"] != step:
+        run_eval()
+    model.load_state_dict(best_state)
+    return FitResult(best=best, best_step=best_step, steps=step, epochs=micro / max(1, n_batches),
+                     train_s=timer.total_s, step_ms=timer.median_ms, stopped_early=stopped, history=history)
+
+
+def _autocast(device: torch.device, precision: str):
+    if precision == "fp32":
+        return lambda: torch.autocast(device.type, enabled=False)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    if dtype is None:
+        raise ValueError(f"unknown precision {precision!r}; valid: fp32, bf16, fp16")
+    return lambda: torch.autocast(device.type, dtype=dtype)
