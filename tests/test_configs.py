@@ -1,0 +1,105 @@
+"""Every config composes and validates; bad input fails naming the problem."""
+from pathlib import Path
+
+import pytest
+from hydra.errors import ConfigCompositionException, OverrideParseException
+from omegaconf import OmegaConf
+from omegaconf.errors import ValidationError
+
+from experiments import registry
+from tests.conftest import CONF, REPO, compose
+
+GROUP_FILES = {g: sorted(p.stem for p in (CONF / g).glob("*.yaml")) for g in ("model", "task", "method", "hardware")}
+EXPERIMENTS = sorted(str(p.relative_to(CONF / "experiment").with_suffix("")) for p in (CONF / "experiment").rglob("*.yaml"))
+PAPER_PACKAGES = ("recycling", "pema", "intrinsic_dim", "reverse_probing", "layer_fusion", "eat")
+
+
+@pytest.mark.parametrize("group,name", [(g, n) for g, names in GROUP_FILES.items() for n in names])
+def test_every_group_option_composes_with_its_schema(group, name):
+    cfg = compose(f"{group}={name}")
+    node = cfg[group]
+    assert node.name == name
+    assert OmegaConf.is_missing(node, "name") is False
+    if group in ("model", "task"):  # typed: resolving fails if a YAML key is misspelled or mistyped
+        OmegaConf.to_container(node, resolve=True, throw_on_missing=True)
+
+
+@pytest.mark.parametrize("exp", EXPERIMENTS)
+def test_every_experiment_composes(exp):
+    cfg = compose(f"experiment={exp}")
+    assert cfg.exp_id == exp
+    assert cfg.run_id.startswith(f"{cfg.task.name}--{cfg.model.name}--{cfg.method.name}-")
+
+
+def test_registry_has_schema_yaml_and_package_for_every_method():
+    for name, (entry, paper) in registry.METHODS.items():
+        assert name in registry.SCHEMAS
+        assert (CONF / "method" / f"{name}.yaml").exists()
+        assert (CONF / "experiment" / paper).is_dir()
+        assert callable(registry.resolve(name))
+
+
+@pytest.mark.parametrize("pkg", PAPER_PACKAGES)
+def test_unimplemented_paper_packages_say_so_and_are_not_registered(pkg):
+    assert "not implemented yet" in (REPO / pkg / "README.md").read_text().lower()
+    assert pkg not in registry.METHODS
+    with pytest.raises(registry.UnknownMethodError, match="valid methods: finetune"):
+        registry.resolve(pkg)
+
+
+def test_misspelled_key_is_named():
+    with pytest.raises(ConfigCompositionException) as e:
+        compose("train.lrr=1")
+    assert "lrr" in str(e.value.__cause__) and "TrainConfig" in str(e.value.__cause__)
+
+
+def test_misspelled_key_in_a_group_is_named():
+    with pytest.raises(ConfigCompositionException) as e:
+        compose("model.hiden_size=3")
+    assert "hiden_size" in str(e.value.__cause__) and "ModelConfig" in str(e.value.__cause__)
+
+
+def test_wrong_type_is_named():
+    with pytest.raises(ConfigCompositionException) as e:
+        compose("train.lr=abc")
+    cause = e.value.__cause__
+    assert isinstance(cause, ValidationError) and "train.lr" in str(cause) and "abc" in str(cause)
+
+
+@pytest.mark.parametrize("group", ["model", "task", "method", "hardware"])
+def test_unknown_option_lists_the_valid_ones(group):
+    with pytest.raises(ConfigCompositionException) as e:
+        compose(f"{group}=no-such-{group}")
+    msg = str(e.value)
+    assert f"Could not find '{group}/no-such-{group}'" in msg and "Available options" in msg
+    assert all(name in msg for name in GROUP_FILES[group])
+
+
+def test_malformed_override_fails_to_parse():
+    with pytest.raises(OverrideParseException):
+        compose("train.lr=[1")
+
+
+def test_cpu_budget_applies_only_on_cpu_and_yields_to_the_command_line():
+    assert compose("task=rt-polarity").data.limit_train == 2000
+    assert compose("task=rt-polarity", "hardware=gpu").data.limit_train is None
+    assert compose("task=rt-polarity", "data.limit_train=7").data.limit_train == 7
+    assert compose("task=sst2").data.limit_train is None  # hub tasks have no CPU budget file
+
+
+def test_smoke_uses_tiny_model_and_fixtures():
+    cfg = compose("debug=smoke", "task=wnut16")
+    assert cfg.model.name == "tiny-bert" and cfg.data.source == "fixture" and cfg.data.limit_train is None
+    assert (REPO / cfg.task.fixture).exists()
+
+
+def test_offline_tasks_have_fixtures_and_stand_in_labels():
+    for name in ("rt-polarity", "vitaminc", "wnut16", "squad-dev"):
+        task = compose(f"task={name}").task
+        assert (REPO / task.fixture).exists() and task.stand_in_for
+        assert task.objective.removeprefix("eval/") in list(task.metrics)
+
+
+def test_run_id_is_deterministic():
+    cfg = compose("task=vitaminc", "seed=2")
+    assert cfg.run_id == "vitaminc--minilm-l6--finetune-full--seed2"

@@ -1,0 +1,126 @@
+"""The runner end to end on tiny-bert + fixtures: records, skip-if-done, failures, kills, sweeps."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from experiments import registry
+from experiments.assets import MissingAssetError
+from experiments.run import execute
+from tests.conftest import REPO, compose
+
+TASK_METRICS = {"rt-polarity": "eval/accuracy", "vitaminc": "eval/f1_macro", "wnut16": "eval/entity_f1",
+                "squad-dev": "eval/f1"}
+
+
+@pytest.mark.parametrize("task", TASK_METRICS)
+def test_smoke_run_writes_a_complete_record(task, smoke_cfg, tmp_path):
+    rec = execute(smoke_cfg(f"task={task}", "publish=true"), tmp_path / "run")
+    assert rec["status"] == "ok"
+    on_disk = json.loads((tmp_path / "run" / "result.json").read_text())
+    assert on_disk == json.loads(json.dumps(rec, default=str))
+    published = tmp_path / "results" / "finetune" / "runs" / f"{task}--tiny-bert--finetune-full--seed0.json"
+    assert json.loads(published.read_text())["config_hash"] == rec["config_hash"]
+    m = rec["metrics"]
+    assert 0.0 <= m[TASK_METRICS[task]] <= (100.0 if task == "squad-dev" else 1.0)
+    assert m["train/steps"] == 6 and m["params/trainable"] == m["params/total"] > 0
+    assert rec["higher_is_better"][TASK_METRICS[task]] is True
+    assert rec["n_samples"]["train_examples"] > 0 and rec["n_samples"]["eval_examples"] > 0
+    for key in ("git_sha", "torch", "transformers", "device", "wall_s", "created_at"):
+        assert key in rec["provenance"]
+    assert rec["config"]["task"]["name"] == task and len(rec["config_hash"]) == 16
+
+
+def test_rerun_skips_and_force_reruns(smoke_cfg, tmp_path, monkeypatch):
+    first = execute(smoke_cfg(), tmp_path / "run")
+    monkeypatch.setattr(registry, "resolve", lambda name: pytest.fail("a finished run must not run again"))
+    assert execute(smoke_cfg(), tmp_path / "run") == first
+    calls = []
+    monkeypatch.setattr(registry, "resolve", lambda name: lambda cfg, ctx: calls.append(1) or {"eval/accuracy": 1.0})
+    assert execute(smoke_cfg("force=true"), tmp_path / "run")["metrics"] == {"eval/accuracy": 1.0}
+    # a changed config is a different run: same run_id and directory, new hash, so it runs again
+    execute(smoke_cfg("train.lr=0.002"), tmp_path / "run")
+    assert len(calls) == 2
+
+
+def test_finished_published_result_is_reused_from_another_output_dir(smoke_cfg, tmp_path, monkeypatch):
+    first = execute(smoke_cfg("publish=true"), tmp_path / "a")
+    monkeypatch.setattr(registry, "resolve", lambda name: pytest.fail("must reuse the published result"))
+    assert execute(smoke_cfg("publish=true", "exp_id=other"), tmp_path / "b")["config_hash"] == first["config_hash"]
+
+
+def test_unreadable_result_is_redone(smoke_cfg, tmp_path):
+    execute(smoke_cfg(), tmp_path / "run")
+    (tmp_path / "run" / "result.json").write_text('{"status": "ok", "config_ha')  # torn write from another tool
+    assert execute(smoke_cfg(), tmp_path / "run")["status"] == "ok"
+    json.loads((tmp_path / "run" / "result.json").read_text())
+
+
+def _boom(cfg, ctx):
+    raise RuntimeError("diverged at step 3")
+
+
+def test_failure_is_recorded_then_raised_or_swallowed(smoke_cfg, tmp_path, monkeypatch):
+    monkeypatch.setattr(registry, "resolve", lambda name: _boom)
+    with pytest.raises(RuntimeError, match="diverged"):
+        execute(smoke_cfg("publish=true"), tmp_path / "a")
+    rec = json.loads((tmp_path / "a" / "result.json").read_text())
+    assert rec["status"] == "failed" and "diverged at step 3" in rec["error"] and "_boom" in rec["traceback"]
+    assert not (tmp_path / "results").exists()  # failures are never published
+    rec = execute(smoke_cfg("on_error=record"), tmp_path / "b")
+    assert rec["status"] == "failed"
+    # a failed record is not "done": the next run retries
+    monkeypatch.setattr(registry, "resolve", lambda name: lambda cfg, ctx: {"eval/accuracy": 0.5})
+    assert execute(smoke_cfg("on_error=record"), tmp_path / "b")["status"] == "ok"
+
+
+def test_missing_asset_cache_names_make_assets(tmp_path, monkeypatch):
+    monkeypatch.setenv("STRATA_CACHE", str(tmp_path / "empty-cache"))
+    cfg = compose("model=minilm-l6", "task=rt-polarity", f"results_dir={tmp_path}")
+    with pytest.raises(MissingAssetError, match="make assets"):
+        execute(cfg, tmp_path / "run")
+
+
+def _runner(*overrides, out):
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen([sys.executable, "-m", "experiments.run", "debug=smoke", f"hydra.run.dir={out}",
+                             f"results_dir={out.parent / 'results'}", *overrides], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+@pytest.mark.slow
+def test_killed_run_leaves_no_result_and_rerun_completes(tmp_path):
+    out = tmp_path / "run"
+    args = ("train.max_steps=400", "train.eval_every=1", "train.patience=0", "publish=true")
+    proc = _runner(*args, out=out)
+    deadline = time.time() + 120
+    for line in proc.stdout:  # kill it once training is under way
+        if "step 2/400" in line or time.time() > deadline:
+            break
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (out / "result.json").exists()
+    assert not list(out.glob("*.tmp")) and not (tmp_path / "results").exists()
+    proc = _runner(*args, out=out)
+    log = proc.communicate(timeout=300)[0]
+    assert proc.returncode == 0, log
+    rec = json.loads((out / "result.json").read_text())
+    assert rec["status"] == "ok" and rec["metrics"]["train/steps"] == 400
+
+
+@pytest.mark.slow
+def test_multirun_sweep_in_a_subprocess(tmp_path):
+    sweep = tmp_path / "sweep"
+    proc = subprocess.run([sys.executable, "-m", "experiments.run", "-m", "experiment=finetune/smoke", "seed=0,1",
+                           f"hydra.sweep.dir={sweep}", f"results_dir={tmp_path / 'results'}", "on_error=record"],
+                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = [json.loads(p.read_text()) for p in sweep.glob("*/result.json")]
+    assert len(records) == 8 and all(r["status"] == "ok" for r in records)
+    assert {r["run_id"] for r in records} == {f"{t}--tiny-bert--finetune-full--seed{s}" for t in TASK_METRICS
+                                              for s in (0, 1)}
+    assert "8 runs, 0 failed" in proc.stderr + proc.stdout
