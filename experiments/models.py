@@ -31,7 +31,8 @@ def byte_tokenizer() -> PreTrainedTokenizerFast:
     tk.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
     return PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]",
-                                   sep_token="[SEP]", model_max_length=512)
+                                   sep_token="[SEP]", model_max_length=512,
+                                   model_input_names=["input_ids", "token_type_ids", "attention_mask"])
 
 
 def load_encoder(model: DictConfig) -> tuple[PreTrainedTokenizerFast, nn.Module]:

@@ -1,0 +1,95 @@
+"""Encoding of each task type, batching, subsets and answer decoding."""
+import datasets
+import numpy as np
+import pytest
+import torch
+
+from experiments import data as D
+from experiments.evaluate import best_span
+from experiments.models import byte_tokenizer
+from tests.conftest import compose
+
+TOK = byte_tokenizer()
+
+
+def test_fixture_splits_and_limits_take_a_fixed_subset():
+    cfg = compose("debug=smoke", "task=rt-polarity", "data.limit_train=10")
+    ds = D.load_splits(cfg.task, cfg.data)
+    assert len(ds["train"]) == 10 and len(ds["eval"]) == 16
+    again = D.load_splits(compose("debug=smoke", "task=rt-polarity", "data.limit_train=10", "seed=3").task,
+                          cfg.data)
+    assert ds["train"]["text"] == again["train"]["text"]  # the subset does not move with the run seed
+    other = compose("debug=smoke", "task=rt-polarity", "data.limit_train=10", "data.subset_seed=1").data
+    assert D.load_splits(cfg.task, other)["train"]["text"] != ds["train"]["text"]
+
+
+def test_unknown_source_and_missing_fixture_are_errors():
+    cfg = compose("task=sst2", "data.source=fixture")
+    with pytest.raises(ValueError, match="has no fixture"):
+        D.load_splits(cfg.task, cfg.data)
+    with pytest.raises(ValueError, match="valid: offline, hub, fixture"):
+        D.load_splits(cfg.task, compose("data.source=ftp").data)
+
+
+def test_ner_labels_sit_on_first_pieces_only():
+    task = compose("task=wnut16").task
+    ds = datasets.Dataset.from_list([{"tokens": ["@u", "Paris", "rocks"], "tags": ["O", "B-geo-loc", "O"]}])
+    enc = D.encode(ds, TOK, task, 64, train=False)[0]
+    labels, words = enc["labels"], enc["word_index"]
+    real = [i for i, l in enumerate(labels) if l != -100]
+    assert [words[i] for i in real] == [0, 1, 2]
+    assert [labels[i] for i in real] == [0, task.label_names.index("B-geo-loc"), 0]
+    assert labels[0] == -100 and labels[-1] == -100  # [CLS], [SEP]
+    with pytest.raises(ValueError, match="not in task.label_names"):
+        D.encode(datasets.Dataset.from_list([{"tokens": ["x"], "tags": ["B-alien"]}]), TOK, task, 64, train=True)
+
+
+def _qa_rows():
+    ctx = "The explorer Ada travelled for many years. In the end Ada settled in Oslo, a city by the river."
+    return [{"question": "Where did Ada settle?", "context": ctx,
+             "answers": {"text": ["Oslo"], "answer_start": [ctx.index("Oslo")]}}]
+
+
+def test_qa_positions_recover_the_answer_in_every_window_that_holds_it():
+    task = compose("task=squad-dev", "task.doc_stride=16").task
+    ds = datasets.Dataset.from_list(_qa_rows())
+    train = D.encode(ds, TOK, task, 48, train=True)  # short windows: the context is split with overlap
+    evals = D.encode(ds, TOK, task, 48, train=False)
+    assert len(train) == len(evals) > 1
+    found = 0
+    for f, e in zip(train, evals):
+        s, t = f["start_positions"], f["end_positions"]
+        if s == 0:
+            assert t == 0  # the answer is not in this window
+            continue
+        offs = e["offset_mapping"]
+        assert ds[0]["context"][offs[s][0]:offs[t][1]] == "Oslo"
+        found += 1
+    assert found >= 1 and set(evals["example_index"]) == {0}
+
+
+def test_best_span_respects_context_order_and_length():
+    offs = [None, (0, 3), (4, 7), (8, 11), None]
+    start = np.array([9.0, 3.0, 0.0, 1.0, 8.0])  # positions 0 and 4 are not context: never chosen
+    end = np.array([9.0, 0.0, 0.0, 4.0, 8.0])
+    assert best_span(start, end, offs, max_len=30) == (7.0, 0, 11)  # tokens 1..3
+    assert best_span(start, end, offs, max_len=1) == (5.0, 8, 11)  # one token: 3..3 beats 1..1
+    assert best_span(np.array([0, 0, 9.0, 0, 0]), np.array([0, 9.0, 1.0, 0, 0]), offs, 30) == (10.0, 4, 7)  # not 2..1
+    assert best_span(start, end, [None] * 5, max_len=30) is None
+
+
+def test_collate_pads_each_key_with_its_own_value():
+    rows = [{"input_ids": [5, 6, 7], "attention_mask": [1, 1, 1], "labels": [1, 2, 3]},
+            {"input_ids": [5], "attention_mask": [1], "labels": [4]}]
+    b = D.collate(rows, pad_id=0)
+    assert b["input_ids"].tolist() == [[5, 6, 7], [5, 0, 0]]
+    assert b["attention_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
+    assert b["labels"].tolist() == [[1, 2, 3], [4, -100, -100]]
+    assert D.collate([{"input_ids": [1], "labels": 3}], 0)["labels"].dtype == torch.long
+
+
+def test_pair_encoding_truncates_to_max_length():
+    task = compose("task=vitaminc").task
+    ds = datasets.Dataset.from_list([{"claim": "a " * 50, "evidence": "b " * 50, "label": 2}])
+    enc = D.encode(ds, TOK, task, 32, train=True)[0]
+    assert len(enc["input_ids"]) == 32 and enc["labels"] == 2 and set(enc["token_type_ids"]) == {0, 1}

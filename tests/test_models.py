@@ -1,0 +1,81 @@
+"""Heads, pooling and model building on tiny random models."""
+import pytest
+import torch
+
+from experiments.models import SequenceHead, SpanHead, TokenHead, build, byte_tokenizer, pool
+from tests.conftest import compose
+
+
+def test_byte_tokenizer_roundtrips_any_text_and_marks_pairs():
+    tok = byte_tokenizer()
+    enc = tok("héllo wörld", "ünïcode ✓")
+    assert enc["input_ids"][0] == tok.cls_token_id and enc["input_ids"].count(tok.sep_token_id) == 2
+    assert set(enc["token_type_ids"]) == {0, 1}
+    assert tok.decode(tok("héllo wörld", add_special_tokens=False)["input_ids"]) == "héllowörld"  # words, no spaces
+    assert len(tok) == 260
+
+
+def test_pooling_last_picks_the_last_real_token_under_right_padding():
+    h = torch.arange(2 * 4 * 3, dtype=torch.float).view(2, 4, 3)
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]])
+    assert torch.equal(pool(h, mask, "last"), torch.stack([h[0, 2], h[1, 3]]))
+    assert torch.equal(pool(h, mask, "cls"), h[:, 0])
+    assert torch.allclose(pool(h, mask, "mean")[0], h[0, :3].mean(0))
+    with pytest.raises(ValueError, match="valid: cls, mean, last"):
+        pool(h, mask, "max")
+
+
+def test_token_head_ignores_minus_100():
+    torch.manual_seed(0)
+    head = TokenHead(8, 3).eval()
+    h, mask = torch.randn(1, 4, 8), torch.ones(1, 4, dtype=torch.long)
+    full = head(h, mask, labels=torch.tensor([[0, 1, 2, 1]])).loss
+    part = head(h, mask, labels=torch.tensor([[0, -100, -100, -100]])).loss
+    logits = head(h, mask).logits
+    assert torch.allclose(part, torch.nn.functional.cross_entropy(logits[0, :1], torch.tensor([0])))
+    assert not torch.allclose(full, part)
+
+
+def test_span_head_never_predicts_padding():
+    head = SpanHead(8)
+    h, mask = torch.randn(2, 5, 8), torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
+    out = head(h, mask, start_positions=torch.tensor([1, 4]), end_positions=torch.tensor([2, 4]))
+    assert out.logits.shape == (2, 5, 2) and torch.isfinite(out.loss)
+    assert (out.logits[0, 3:] < -1e30).all() and out.logits[0, :3].argmax(0).max() < 3
+
+
+def test_sequence_head_shape_and_loss():
+    head = SequenceHead(8, 3, "mean")
+    out = head(torch.randn(4, 6, 8), torch.ones(4, 6, dtype=torch.long), labels=torch.tensor([0, 1, 2, 0]))
+    assert out.logits.shape == (4, 3) and out.loss.ndim == 0
+
+
+@pytest.mark.parametrize("model,task", [("tiny-bert", "vitaminc"), ("tiny-llama", "rt-polarity"),
+                                        ("tiny-bert", "wnut16"), ("tiny-llama", "squad-dev")])
+def test_build_tiny_models_for_every_head(model, task):
+    cfg = compose(f"model={model}", f"task={task}")
+    tok, m = build(cfg.model, cfg.task)
+    assert m.encoder.config.num_hidden_layers == cfg.model.num_layers
+    batch = tok(["a b c", "d e"], ["x", "y z"] if task in ("vitaminc", "squad-dev") else None,
+                padding=True, return_tensors="pt")
+    out = m(**batch)
+    n = len(cfg.task.label_names)
+    expected = {"cls": (2, n), "pair": (2, n), "ner": (2, batch["input_ids"].shape[1], n),
+                "qa": (2, batch["input_ids"].shape[1], 2)}[cfg.task.type]
+    assert tuple(out.logits.shape) == expected
+
+
+def test_token_types_reach_bert_and_change_its_output():
+    cfg = compose("model=tiny-bert", "task=vitaminc")
+    torch.manual_seed(0)
+    tok, m = build(cfg.model, cfg.task)
+    m.eval()
+    b = tok(["a b"], ["c d"], return_tensors="pt")
+    zeros = {**b, "token_type_ids": torch.zeros_like(b["token_type_ids"])}
+    assert not torch.allclose(m(**b).logits, m(**zeros).logits)
+
+
+def test_hidden_size_mismatch_is_reported():
+    cfg = compose("model=tiny-bert", "task=rt-polarity", "model.hidden_size=64")
+    with pytest.raises(ValueError, match="hidden_size=64"):
+        build(cfg.model, cfg.task)

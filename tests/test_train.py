@@ -1,0 +1,114 @@
+"""The fine-tuning loop on a tiny problem: it learns, stops early, restores the best weights, accumulates exactly."""
+from types import SimpleNamespace
+
+import pytest
+import torch
+from torch import nn
+
+from experiments.models import HeadOutput
+from experiments.train import fit, linear_schedule, param_groups, total_steps
+
+
+def cfg(**kw):
+    base = dict(lr=0.05, weight_decay=0.0, epochs=1.0, max_steps=-1, warmup_ratio=0.0, grad_accum=1,
+                max_grad_norm=0.0, eval_every=0, patience=0, progress=False)
+    return SimpleNamespace(**{**base, **kw})
+
+
+class Linear(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 2)
+        self.norm = nn.LayerNorm(4)
+
+    def forward(self, x, labels):
+        logits = self.lin(x)
+        return HeadOutput(logits, nn.functional.cross_entropy(logits, labels))
+
+
+def data(n=64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 4, generator=g)
+    return x, (x[:, 0] > 0).long()
+
+
+def batches(x, y, bs):
+    return (lambda epoch: ({"x": x[i:i + bs], "labels": y[i:i + bs]} for i in range(0, len(x), bs))), len(x) // bs
+
+
+def accuracy(model, x, y):
+    return {"eval/acc": (model(x, y).logits.argmax(1) == y).float().mean().item()}
+
+
+def test_fit_learns_a_separable_problem():
+    torch.manual_seed(0)
+    x, y = data()
+    model = Linear()
+    fn, n = batches(x, y, 8)
+    r = fit(model, fn, n, cfg(epochs=5), lambda m: accuracy(m, x, y), "eval/acc", True, torch.device("cpu"))
+    assert r.best["eval/acc"] >= 0.95 and r.steps == 40 and len(r.history) == 5
+    assert r.step_ms > 0 and r.train_s > 0
+
+
+def test_early_stopping_restores_the_best_weights():
+    torch.manual_seed(0)
+    x, y = data()
+    model = Linear()
+    fn, n = batches(x, y, 8)
+    scores = iter([0.5, 0.9, 0.8, 0.7, 0.6, 0.95])
+    snapshots = []
+
+    def evaluate(m):
+        snapshots.append({k: v.clone() for k, v in m.state_dict().items()})
+        return {"eval/acc": next(scores)}
+    r = fit(model, fn, n, cfg(epochs=10, eval_every=1, patience=3), evaluate, "eval/acc", True, torch.device("cpu"))
+    assert r.stopped_early and r.steps == 5 and r.best_step == 2 and r.best["eval/acc"] == 0.9
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, snapshots[1][k])
+
+
+def test_lower_is_better_objective():
+    x, y = data()
+    fn, n = batches(x, y, 8)
+    losses = iter([3.0, 1.0, 2.0])
+    r = fit(Linear(), fn, n, cfg(max_steps=3, eval_every=1), lambda m: {"eval/loss": next(losses)}, "eval/loss",
+            False, torch.device("cpu"))
+    assert r.best_step == 2
+
+
+def test_grad_accumulation_equals_one_big_batch():
+    x, y = data(16)
+    torch.manual_seed(1)
+    a = Linear()
+    b = Linear()
+    b.load_state_dict(a.state_dict())
+    ev = lambda m: {"eval/acc": 0.0}  # noqa: E731
+    fa, na = batches(x, y, 4)
+    fit(a, fa, na, cfg(max_steps=2, grad_accum=2), ev, "eval/acc", True, torch.device("cpu"))
+    fb, nb = batches(x, y, 8)
+    fit(b, fb, nb, cfg(max_steps=2), ev, "eval/acc", True, torch.device("cpu"))
+    for (k, va), vb in zip(a.state_dict().items(), b.state_dict().values()):
+        assert torch.allclose(va, vb, atol=1e-6), k
+
+
+def test_schedule_warms_up_then_decays_to_zero():
+    opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
+    sched = linear_schedule(opt, warmup=4, total=10)
+    lrs = []
+    for _ in range(10):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    assert lrs[:5] == pytest.approx([0.2, 0.4, 0.6, 0.8, 1.0])
+    assert lrs[5:] == pytest.approx([5 / 6, 4 / 6, 3 / 6, 2 / 6, 1 / 6]) and opt.param_groups[0]["lr"] == 0
+
+
+def test_no_weight_decay_on_biases_and_norms():
+    groups = param_groups(Linear(), 0.01)
+    assert [p.shape for p in groups[0]["params"]] == [torch.Size([2, 4])]
+    assert groups[0]["weight_decay"] == 0.01 and groups[1]["weight_decay"] == 0.0 and len(groups[1]["params"]) == 3
+
+
+def test_total_steps():
+    assert total_steps(10, cfg(epochs=2.5, grad_accum=2)) == 13
+    assert total_steps(10, cfg(max_steps=7)) == 7
