@@ -86,6 +86,7 @@ class TrainConfig:
     grad_accum: int = 1
     max_grad_norm: float = 1.0
     eval_every: int = 0  # optimizer steps between evaluations; 0 = once per epoch
+    group_by_length: bool = True  # batches of similar length: less padding, same examples per epoch
     patience: int = 3  # evaluations without improvement before early stopping; 0 = never stop early
     progress: bool = True  # tqdm bar (off automatically when stderr is not a terminal)
 

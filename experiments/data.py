@@ -3,6 +3,7 @@ splits train/eval), and the encoders that turn each task type into model feature
 from __future__ import annotations
 
 import logging
+import random
 from pathlib import Path
 
 import datasets
@@ -141,3 +142,28 @@ def collate(rows: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
             vals = [v + [fill] * (width - len(v)) for v in vals]
         out[key] = torch.tensor(vals)
     return out
+
+
+def train_batches(features: datasets.Dataset, batch_size: int, pad_id: int, seed: int, group_by_length: bool = True):
+    """(epoch -> padded batches, batches per epoch). Each epoch reshuffles, reproducibly from the seed.
+
+    group_by_length: sort rows by length inside shuffled windows of 50 batches, then shuffle the batches, so a batch
+    holds rows of similar length and little padding (the order stays random at the batch level)."""
+    cols = [c for c in FEATURES if c in features.column_names]
+    rows = [dict(zip(cols, vals)) for vals in zip(*(features[c] for c in cols))]
+    n_batches = -(-len(rows) // batch_size)
+
+    def epoch_batches(epoch: int):
+        rng = random.Random(seed * 1000 + epoch)
+        order = list(range(len(rows)))
+        rng.shuffle(order)
+        if group_by_length:
+            window = 50 * batch_size
+            order = [i for w in range(0, len(order), window)
+                     for i in sorted(order[w:w + window], key=lambda i: -len(rows[i]["input_ids"]))]
+        chunks = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+        if group_by_length:
+            rng.shuffle(chunks)
+        for chunk in chunks:
+            yield collate([rows[j] for j in chunk], pad_id)
+    return epoch_batches, n_batches

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import logging
-import random
 
 import torch
 from omegaconf import DictConfig
@@ -27,22 +26,11 @@ def prepare(cfg: DictConfig):
     return tok, model, raw, train, evals
 
 
-def batches_of(features, batch_size: int, pad_id: int, seed: int):
-    """A function epoch -> shuffled padded batches (a new order each epoch, reproducible from the seed)."""
-    rows = [dict(zip(features.column_names, vals)) for vals in zip(*features.to_dict().values())]
-
-    def epoch_batches(epoch: int):
-        order = list(range(len(rows)))
-        random.Random(seed * 1000 + epoch).shuffle(order)
-        for i in range(0, len(order), batch_size):
-            yield D.collate([rows[j] for j in order[i:i + batch_size]], pad_id)
-    return epoch_batches, -(-len(rows) // batch_size)
-
-
 def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
     tok, model, raw, train, evals = prepare(cfg)
     hw = cfg.hardware
-    batches, n_batches = batches_of(train, hw.batch_size, tok.pad_token_id, cfg.seed)
+    batches, n_batches = D.train_batches(train, hw.batch_size, tok.pad_token_id, cfg.seed,
+                                         cfg.train.group_by_length)
     ctx.n_samples.update(train_examples=len(raw["train"]), train_features=len(train),
                          eval_examples=len(raw["eval"]), eval_features=len(evals),
                          limit_train=cfg.data.limit_train, limit_eval=cfg.data.limit_eval,

@@ -44,7 +44,8 @@ def load_encoder(model: DictConfig) -> tuple[PreTrainedTokenizerFast, nn.Module]
         if model_type is None:
             raise ValueError(f"source=config builds bert or llama families, not {model.family!r}")
         cfg = AutoConfig.for_model(model_type, vocab_size=len(tok), pad_token_id=tok.pad_token_id, **kwargs)
-        return tok, AutoModel.from_config(cfg)
+        extra = {"add_pooling_layer": False} if model_type == "bert" else {}
+        return tok, AutoModel.from_config(cfg, **extra)
     if model.source == "offline":
         path = str(require("models", model.offline))
     elif model.source == "hub":
@@ -54,8 +55,9 @@ def load_encoder(model: DictConfig) -> tuple[PreTrainedTokenizerFast, nn.Module]
     tok = AutoTokenizer.from_pretrained(path)
     if tok.pad_token is None:  # causal LMs ship without one; padding is masked anyway
         tok.pad_token = tok.eos_token
-    enc = AutoModel.from_pretrained(path)
-    return tok, enc
+    # heads read token states; BERT's pooler would be computed on every forward and some assets ship no pooler weights
+    extra = {"add_pooling_layer": False} if model.family == "bert" else {}
+    return tok, AutoModel.from_pretrained(path, **extra)
 
 
 def pool(hidden: torch.Tensor, mask: torch.Tensor, how: str) -> torch.Tensor:

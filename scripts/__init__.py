@@ -1,0 +1,1 @@
+"""Maintenance scripts (`python -m scripts.<name>`); not imported by the experiments."""

