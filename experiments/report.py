@@ -164,6 +164,10 @@ def write_index(results_dir: Path, built: dict[str, list[str]]) -> Path:
     for paper, artifacts in sorted(built.items()):
         lines.append(f"- [{paper}]({paper}/README.md): " + ", ".join(
             f"[{a}]({paper}/tables/{a.replace('/', '__')}.md)" for a in artifacts))
+    benches = sorted(Path(results_dir).glob("*/benchmark.md"))
+    if benches:
+        lines += ["", "Benchmarks (ratios measured side by side in one process):"]
+        lines += [f"- [{b.parent.name}]({b.parent.name}/benchmark.md)" for b in benches]
     path = Path(results_dir) / "REPORT.md"
     path.write_text("\n".join(lines) + "\n")
     return path

@@ -47,10 +47,14 @@ def test_rerun_skips_and_force_reruns(smoke_cfg, tmp_path, monkeypatch):
     assert len(calls) == 2
 
 
-def test_finished_published_result_is_reused_from_another_output_dir(smoke_cfg, tmp_path, monkeypatch):
-    first = execute(smoke_cfg("publish=true"), tmp_path / "a")
-    monkeypatch.setattr(registry, "resolve", lambda name: pytest.fail("must reuse the published result"))
-    assert execute(smoke_cfg("publish=true", "exp_id=other"), tmp_path / "b")["config_hash"] == first["config_hash"]
+def test_committed_results_are_recomputed_not_reused(smoke_cfg, tmp_path, monkeypatch):
+    execute(smoke_cfg("publish=true"), tmp_path / "a")  # as if results/ came with the clone
+    calls = []
+    monkeypatch.setattr(registry, "resolve", lambda name: lambda cfg, ctx: calls.append(1) or {"eval/accuracy": 1.0})
+    rec = execute(smoke_cfg("publish=true"), tmp_path / "fresh-clone-outputs")
+    assert calls == [1] and rec["metrics"] == {"eval/accuracy": 1.0}
+    published = tmp_path / "results" / "finetune" / "runs" / f"{rec['run_id']}.json"
+    assert json.loads(published.read_text())["metrics"] == {"eval/accuracy": 1.0}  # the new run replaces it
 
 
 def test_unreadable_result_is_redone(smoke_cfg, tmp_path):
