@@ -14,7 +14,7 @@ class ModelConfig:
     source: str = "offline"  # offline (packaged asset, `make assets`) | hub (hf_id, needs network) | config (random init)
     hf_id: Optional[str] = None  # the paper's Hugging Face id
     offline: Optional[str] = None  # asset name under $STRATA_CACHE/models
-    family: str = "bert"  # bert | llama: decides token_type_ids and the tiny builder
+    family: str = "bert"  # bert, roberta, deberta, gpt2, llama; source=config builds bert or llama
     kind: str = "encoder"  # encoder | causal
     num_layers: int = MISSING
     hidden_size: int = MISSING
