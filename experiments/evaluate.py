@@ -16,9 +16,9 @@ INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 def forward_logits(model, features: datasets.Dataset, batch_size: int, device, pad_id: int) -> list[np.ndarray]:
     """Logits per feature (unpadded along the sequence for token-level heads)."""
     out = []
-    cols = [c for c in INPUTS if c in features.column_names]
+    inputs = features.select_columns([c for c in INPUTS if c in features.column_names])
     for i in range(0, len(features), batch_size):
-        rows = features.select_columns(cols)[i:i + batch_size]
+        rows = inputs[i:i + batch_size]
         rows = [dict(zip(rows, vals)) for vals in zip(*rows.values())]
         batch = {k: v.to(device) for k, v in collate(rows, pad_id).items()}
         logits = model(**batch).logits.float().cpu().numpy()

@@ -47,13 +47,10 @@ def read_json(path: Path) -> dict | None:
         return None
 
 
-def finished(paths: list[Path], chash: str) -> dict | None:
-    """The first record among `paths` that finished ok with this exact config hash."""
-    for p in paths:
-        r = read_json(p)
-        if r and r.get("status") == "ok" and r.get("config_hash") == chash:
-            return r
-    return None
+def finished(path: Path, chash: str) -> dict | None:
+    """The record at `path` if it finished ok with this exact config hash."""
+    r = read_json(path)
+    return r if r and r.get("status") == "ok" and r.get("config_hash") == chash else None
 
 
 def _git(*args: str) -> str | None:

@@ -65,7 +65,7 @@ def execute(cfg: DictConfig, output_dir: Path) -> dict:
     published = Path(cfg.results_dir) / paper / "runs" / f"{cfg.run_id}.json"
     # only this machine's own record counts as done: the committed results/ are someone else's run, and a fresh
     # clone's `make reproduce` must recompute them rather than re-render them
-    done = None if cfg.force else finished([result_path], chash)
+    done = None if cfg.force else finished(result_path, chash)
     if done:
         log.info("skip %s: finished with the same config (hash %s); force=true reruns it", cfg.run_id, chash)
         if cfg.publish:

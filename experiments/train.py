@@ -3,7 +3,6 @@ on the dev objective (the best weights are restored), a progress bar and per-ste
 baseline every paper compares against, and methods reuse it by passing a model whose frozen parts need no grad."""
 from __future__ import annotations
 
-import copy
 import logging
 import math
 import sys
@@ -88,7 +87,7 @@ def fit(model: nn.Module, batches: Callable[[int], Iterable[dict]], n_batches: i
         log.info("step %d/%d  %s", step, steps_total, "  ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
         if best_score is None or sign * score > sign * best_score:
             best, best_score, best_step, bad_evals = metrics, score, step, 0
-            best_state = copy.deepcopy({k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()})
+            best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
             return False
         bad_evals += 1
         return bool(cfg.patience) and bad_evals >= cfg.patience
