@@ -7,14 +7,16 @@ from typing import Callable
 
 from hydra.core.config_store import ConfigStore
 
-from experiments.config import (Config, FinetuneConfig, HardwareConfig, LoggerConfig, ModelConfig,
-                                TaskConfig)
+from experiments.config import Config, HardwareConfig, LoggerConfig, ModelConfig, TaskConfig
 
-# name -> (entry point, results/<paper> it publishes to)
+# name -> (entry point, results/<paper> it publishes to); one line per method
 METHODS: dict[str, tuple[str, str]] = {
     "finetune": ("experiments.finetune:run", "finetune"),
 }
-SCHEMAS = {"finetune": FinetuneConfig}
+# name -> its config dataclass ("module:Class"; each <paper>/config.py imports no torch, so this stays cheap)
+SCHEMAS: dict[str, str] = {
+    "finetune": "experiments.config:FinetuneConfig",
+}
 
 
 class UnknownMethodError(KeyError):
@@ -26,10 +28,14 @@ def _check(name: str) -> None:
         raise UnknownMethodError(f"unknown method {name!r}; valid methods: {', '.join(sorted(METHODS))}")
 
 
+def _load(ref: str):
+    module, attr = ref.split(":")
+    return getattr(importlib.import_module(module), attr)
+
+
 def resolve(name: str) -> Callable:
     _check(name)
-    module, fn = METHODS[name][0].split(":")
-    return getattr(importlib.import_module(module), fn)
+    return _load(METHODS[name][0])
 
 
 def paper_of(name: str) -> str:
@@ -44,8 +50,8 @@ def register_configs() -> None:
     cs.store(group="task", name="schema", node=TaskConfig)
     cs.store(group="hardware", name="schema", node=HardwareConfig)
     cs.store(group="logger", name="schema", node=LoggerConfig)
-    for name, schema in SCHEMAS.items():
-        cs.store(group="method", name=f"{name}_schema", node=schema)
+    for name, ref in SCHEMAS.items():
+        cs.store(group="method", name=f"{name}_schema", node=_load(ref))
 
 
 register_configs()

@@ -6,6 +6,8 @@ hardware. Offline stand-ins are labelled in the task/model columns. Generated: n
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import math
 from pathlib import Path
 from statistics import mean, stdev
@@ -149,6 +151,9 @@ def report(paper: str, results_dir: Path) -> list[str]:
         figure(rows, out / "figures" / f"{name}.png")
         index += [f"## {artifact}", "", f"Table: [tables/{name}.md](tables/{name}.md) · "
                   f"figure: [figures/{name}.png](figures/{name}.png) · {len(rs)} runs", "", markdown(rows), caps(rs)]
+    # a paper's own tables (timing, storage, cost ...): <paper>/report.py build(runs, out) -> markdown lines
+    if importlib.util.find_spec(paper) is not None and importlib.util.find_spec(f"{paper}.report") is not None:
+        index += importlib.import_module(f"{paper}.report").build(runs, out)
     (out / "README.md").write_text("\n".join(index) + "\n")
     return artifacts
 

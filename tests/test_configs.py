@@ -11,7 +11,7 @@ from tests.conftest import CONF, REPO, compose
 
 GROUP_FILES = {g: sorted(p.stem for p in (CONF / g).glob("*.yaml")) for g in ("model", "task", "method", "hardware")}
 EXPERIMENTS = sorted(str(p.relative_to(CONF / "experiment").with_suffix("")) for p in (CONF / "experiment").rglob("*.yaml"))
-PAPER_PACKAGES = ("recycling", "pema", "intrinsic_dim", "reverse_probing", "layer_fusion", "eat")
+PAPER_PACKAGES = ("reverse_probing", "layer_fusion", "eat")  # not implemented yet
 
 
 @pytest.mark.parametrize("group,name", [(g, n) for g, names in GROUP_FILES.items() for n in names])
