@@ -144,26 +144,38 @@ def collate(rows: list[dict], pad_id: int) -> dict[str, torch.Tensor]:
     return out
 
 
-def train_batches(features: datasets.Dataset, batch_size: int, pad_id: int, seed: int, group_by_length: bool = True):
-    """(epoch -> padded batches, batches per epoch). Each epoch reshuffles, reproducibly from the seed.
+def epoch_order(lengths: list[int], batch_size: int, seed: int, group_by_length: bool = True):
+    """epoch -> list of index batches. Each epoch reshuffles, reproducibly from the seed.
 
     group_by_length: sort rows by length inside shuffled windows of 50 batches, then shuffle the batches, so a batch
     holds rows of similar length and little padding (the order stays random at the batch level)."""
-    cols = [c for c in FEATURES if c in features.column_names]
-    rows = [dict(zip(cols, vals)) for vals in zip(*(features[c] for c in cols))]
-    n_batches = -(-len(rows) // batch_size)
-
-    def epoch_batches(epoch: int):
+    def order(epoch: int) -> list[list[int]]:
         rng = random.Random(seed * 1000 + epoch)
-        order = list(range(len(rows)))
-        rng.shuffle(order)
+        idx = list(range(len(lengths)))
+        rng.shuffle(idx)
         if group_by_length:
             window = 50 * batch_size
-            order = [i for w in range(0, len(order), window)
-                     for i in sorted(order[w:w + window], key=lambda i: -len(rows[i]["input_ids"]))]
-        chunks = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+            idx = [i for w in range(0, len(idx), window)
+                   for i in sorted(idx[w:w + window], key=lambda i: -lengths[i])]
+        chunks = [idx[i:i + batch_size] for i in range(0, len(idx), batch_size)]
         if group_by_length:
             rng.shuffle(chunks)
-        for chunk in chunks:
+        return chunks
+    return order
+
+
+def rows_of(features: datasets.Dataset) -> list[dict]:
+    """The model features as a list of plain dicts (fast random access while batching)."""
+    cols = [c for c in FEATURES if c in features.column_names]
+    return [dict(zip(cols, vals)) for vals in zip(*(features[c] for c in cols))]
+
+
+def train_batches(features: datasets.Dataset, batch_size: int, pad_id: int, seed: int, group_by_length: bool = True):
+    """(epoch -> padded batches, batches per epoch); the order comes from `epoch_order`."""
+    rows = rows_of(features)
+    order = epoch_order([len(r["input_ids"]) for r in rows], batch_size, seed, group_by_length)
+
+    def epoch_batches(epoch: int):
+        for chunk in order(epoch):
             yield collate([rows[j] for j in chunk], pad_id)
-    return epoch_batches, n_batches
+    return epoch_batches, -(-len(rows) // batch_size)

@@ -2,6 +2,8 @@
 metrics on the original examples (NER at word level, QA at answer-text level), as `eval/<metric>` keys."""
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import datasets
 import numpy as np
 import torch
@@ -13,14 +15,25 @@ from experiments.data import collate, tag_ids
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
-def forward_logits(model, features: datasets.Dataset, batch_size: int, device, pad_id: int) -> list[np.ndarray]:
-    """Logits per feature (unpadded along the sequence for token-level heads)."""
-    out = []
+Inputs = Callable[[int, int], dict[str, torch.Tensor]]
+
+
+def token_inputs(features: datasets.Dataset, pad_id: int) -> Inputs:
+    """(start, stop) -> the padded model inputs of features[start:stop]."""
     inputs = features.select_columns([c for c in INPUTS if c in features.column_names])
-    for i in range(0, len(features), batch_size):
-        rows = inputs[i:i + batch_size]
-        rows = [dict(zip(rows, vals)) for vals in zip(*rows.values())]
-        batch = {k: v.to(device) for k, v in collate(rows, pad_id).items()}
+
+    def get(i: int, j: int) -> dict[str, torch.Tensor]:
+        rows = inputs[i:j]
+        return collate([dict(zip(rows, vals)) for vals in zip(*rows.values())], pad_id)
+    return get
+
+
+def forward_logits(model, n: int, inputs: Inputs, batch_size: int, device) -> list[np.ndarray]:
+    """Logits per feature (unpadded along the sequence for token-level heads). `inputs(i, j)` gives the model
+    inputs of features i..j-1 (token ids, or anything else the model takes, e.g. cached hidden states)."""
+    out = []
+    for i in range(0, n, batch_size):
+        batch = {k: v.to(device) for k, v in inputs(i, min(n, i + batch_size)).items()}
         logits = model(**batch).logits.float().cpu().numpy()
         lengths = batch["attention_mask"].sum(1).tolist()
         out.extend(lg if lg.ndim == 1 else lg[:n] for lg, n in zip(logits, lengths))
@@ -28,8 +41,10 @@ def forward_logits(model, features: datasets.Dataset, batch_size: int, device, p
 
 
 def evaluate(model, features: datasets.Dataset, examples: datasets.Dataset, task: DictConfig, batch_size: int,
-             device, pad_id: int) -> dict[str, float]:
-    logits = forward_logits(model, features, batch_size, device, pad_id)
+             device, pad_id: int, inputs: Inputs | None = None) -> dict[str, float]:
+    """`inputs`: how to feed the model (default: the features' token ids, see `token_inputs`)."""
+    inputs = inputs or token_inputs(features, pad_id)
+    logits = forward_logits(model, len(features), inputs, batch_size, device)
     scores = {"cls": _classification, "pair": _classification, "ner": _ner, "qa": _qa}[task.type](
         logits, features, examples, task)
     return {f"eval/{k}": float(v) for k, v in scores.items()}

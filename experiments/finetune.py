@@ -26,21 +26,31 @@ def prepare(cfg: DictConfig):
     return tok, model, raw, train, evals
 
 
-def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
-    tok, model, raw, train, evals = prepare(cfg)
-    hw = cfg.hardware
-    batches, n_batches = D.train_batches(train, hw.batch_size, tok.pad_token_id, cfg.seed,
-                                         cfg.train.group_by_length)
+def record_samples(cfg: DictConfig, ctx: RunContext, raw, train, evals) -> None:
     ctx.n_samples.update(train_examples=len(raw["train"]), train_features=len(train),
                          eval_examples=len(raw["eval"]), eval_features=len(evals),
                          limit_train=cfg.data.limit_train, limit_eval=cfg.data.limit_eval,
                          max_length=D.max_length(cfg.task, cfg.data))
-    objective = cfg.task.objective
+
+
+def fit_and_score(cfg: DictConfig, ctx: RunContext, model, raw, evals, batches, n_batches: int, pad_id: int,
+                  eval_inputs=None) -> dict[str, float]:
+    """Train with the shared loop, keep the best evaluation; the metrics every fine-tuning-style method reports.
+    `eval_inputs`: how evaluation feeds the model (default: token ids; a cache-fed model passes its own)."""
+    hw, objective = cfg.hardware, cfg.task.objective
     result = fit(model, batches, n_batches, cfg.train,
                  evaluate=lambda m: evaluate(m, evals, raw["eval"], cfg.task, hw.eval_batch_size, ctx.device,
-                                             tok.pad_token_id),
+                                             pad_id, eval_inputs),
                  objective=objective, higher_is_better=higher_is_better(objective) is not False,
                  device=ctx.device, precision=hw.precision, on_eval=lambda s, m: ctx.log_metrics(m, s))
     ctx.extra["history"] = result.history
     return {**result.best, **count_parameters(model), "train/steps": result.steps, "train/best_step": result.best_step,
             "train/epochs": result.epochs, "time/train_s": result.train_s, "time/step_ms": result.step_ms}
+
+
+def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
+    tok, model, raw, train, evals = prepare(cfg)
+    batches, n_batches = D.train_batches(train, cfg.hardware.batch_size, tok.pad_token_id, cfg.seed,
+                                         cfg.train.group_by_length)
+    record_samples(cfg, ctx, raw, train, evals)
+    return fit_and_score(cfg, ctx, model, raw, evals, batches, n_batches, tok.pad_token_id)
