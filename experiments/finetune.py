@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import logging
 
-import torch
 from omegaconf import DictConfig
 
 from experiments import data as D
