@@ -11,6 +11,7 @@ from experiments.evaluate import evaluate
 from experiments.metrics import higher_is_better
 from experiments.models import build, count_parameters
 from experiments.train import fit
+from pema.hook import maybe_attach
 
 log = logging.getLogger(__name__)
 
@@ -44,12 +45,15 @@ def fit_and_score(cfg: DictConfig, ctx: RunContext, model, raw, evals, batches, 
                  device=ctx.device, precision=hw.precision, on_eval=lambda s, m: ctx.log_metrics(m, s))
     ctx.extra["history"] = result.history
     return {**result.best, **count_parameters(model), "train/steps": result.steps, "train/best_step": result.best_step,
-            "train/epochs": result.epochs, "time/train_s": result.train_s, "time/step_ms": result.step_ms}
+            "train/epochs": result.epochs, "time/train_s": result.train_s, "time/step_ms": result.step_ms,
+            "time/data_s": result.data_s}
 
 
 def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
     tok, model, raw, train, evals = prepare(cfg)
+    pema = maybe_attach(cfg, ctx, model, tok, {"train": train, "eval": evals})  # pema.enabled: E' in place of E
     batches, n_batches = D.train_batches(train, cfg.hardware.batch_size, tok.pad_token_id, cfg.seed,
                                          cfg.train.group_by_length)
     record_samples(cfg, ctx, raw, train, evals)
-    return fit_and_score(cfg, ctx, model, raw, evals, batches, n_batches, tok.pad_token_id)
+    metrics = fit_and_score(cfg, ctx, model, raw, evals, batches, n_batches, tok.pad_token_id)
+    return {**metrics, **(pema.finish(model, ctx.device) if pema else {})}  # merged back into the full matrix

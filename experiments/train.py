@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import math
 import sys
+import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
@@ -24,9 +25,10 @@ class FitResult:
     best_step: int
     steps: int
     epochs: float
-    train_s: float
+    train_s: float  # optimizer steps only
     step_ms: float  # median optimizer-step time (forward + backward + update)
     stopped_early: bool
+    data_s: float = 0.0  # time spent producing batches (tokenized padding, or reading a cache)
     history: list[dict] = field(default_factory=list)
 
 
@@ -94,8 +96,9 @@ def fit(model: nn.Module, batches: Callable[[int], Iterable[dict]], n_batches: i
 
     model.train()
     opt.zero_grad(set_to_none=True)
+    data_s = [0.0]
     while step < steps_total and not stopped:
-        for batch in batches(epoch):
+        for batch in _timed(batches(epoch), data_s):
             if micro % cfg.grad_accum == 0:
                 timer.start()
             batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
@@ -124,7 +127,21 @@ def fit(model: nn.Module, batches: Callable[[int], Iterable[dict]], n_batches: i
         run_eval()
     model.load_state_dict(best_state)
     return FitResult(best=best, best_step=best_step, steps=step, epochs=micro / max(1, n_batches),
-                     train_s=timer.total_s, step_ms=timer.median_ms, stopped_early=stopped, history=history)
+                     train_s=timer.total_s, step_ms=timer.median_ms, stopped_early=stopped, history=history,
+                     data_s=data_s[0])
+
+
+def _timed(batches: Iterable[dict], acc: list[float]):
+    """Yield from `batches`, adding the time each takes to produce to acc[0]."""
+    it = iter(batches)
+    while True:
+        t0 = time.perf_counter()
+        try:
+            batch = next(it)
+        except StopIteration:
+            return
+        acc[0] += time.perf_counter() - t0
+        yield batch
 
 
 def _autocast(device: torch.device, precision: str):
