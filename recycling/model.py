@@ -13,16 +13,17 @@ from transformers.masking_utils import create_bidirectional_mask
 from experiments.models import HeadOutput, TaskModel
 from recycling.adapters import add_adapters
 
-# encoders whose blocks take (hidden, 4-D mask) and need nothing computed below them; DeBERTa-v2 builds relative
-# positions in its encoder and T5 its position bias in block 0 (spec §6.4): not supported
-SUPPORTED = ("bert", "roberta", "xlm-roberta")
+# BERT-style blocks take (hidden, 4-D mask); DeBERTa-v2's also take relative positions and embeddings, which its
+# encoder computes from the states themselves, so the upper stack rebuilds them (spec §6.4). T5 computes a position
+# bias in block 0 and passes it upward, DistilBERT's blocks have another signature: not supported.
+SUPPORTED = ("bert", "roberta", "xlm-roberta", "deberta-v2")
 
 
 def blocks(encoder: nn.Module) -> nn.ModuleList:
     kind = getattr(encoder.config, "model_type", None)
     if kind not in SUPPORTED:
-        raise NotImplementedError(f"recycling supports {', '.join(SUPPORTED)} encoders, not {kind!r}: DeBERTa-v2 and T5 "
-                                  "compute positions inside the encoder, which a skipped bottom would have to rebuild")
+        raise NotImplementedError(f"recycling supports {', '.join(SUPPORTED)} encoders, not {kind!r} (T5 passes a "
+                                  "position bias up from block 0; other families have other block signatures)")
     return encoder.encoder.layer
 
 
@@ -43,8 +44,21 @@ class UpperStack(nn.Module):
         self.k = resolve_k(k, len(layers))
         self.config = encoder.config
         self.layers = nn.ModuleList(layers[self.k:])
+        self.deberta = encoder.config.model_type == "deberta-v2"
+        if self.deberta:
+            # the relative-position embeddings (and their LayerNorm) serve every block, so they train with the upper
+            # ones; the encoder's helpers are called unregistered, so the lower blocks stay out of this module
+            enc = encoder.encoder
+            self.rel = nn.ModuleDict({n: getattr(enc, n) for n in ("rel_embeddings", "LayerNorm") if hasattr(enc, n)})
+            self._helpers = [enc]
 
     def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        if self.deberta:
+            enc = self._helpers[0]
+            mask, rel_pos, rel_emb = enc.get_attention_mask(attention_mask), enc.get_rel_pos(hidden), enc.get_rel_embedding()
+            for layer in self.layers:  # h^k (k >= 1) already includes the conv applied after block 1
+                hidden, _ = layer(hidden, mask, relative_pos=rel_pos, rel_embeddings=rel_emb)
+            return hidden
         # the same mask the full model builds from its embedding output (None when nothing is padded)
         mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden, attention_mask=attention_mask)
         for layer in self.layers:

@@ -24,6 +24,9 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
     m = cfg.method
     if m.variant not in VARIANTS:
         raise ValueError(f"unknown recycling variant {m.variant!r}; valid: {', '.join(VARIANTS)}")
+    if cfg.get("pema") is not None and cfg.pema.enabled:
+        raise ValueError("pema.enabled=true is not applied by method=recycling (the cache-fed variants never read the "
+                         "embedding matrix); use method=finetune for PEMA, or drop pema.enabled")
     tok, model, raw, train, evals = prepare(cfg)
     record_samples(cfg, ctx, raw, train, evals)
     k = resolve_k(m.k, len(blocks(model.encoder)))

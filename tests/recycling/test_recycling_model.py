@@ -58,6 +58,34 @@ def test_cache_fed_upper_layers_equal_the_full_model(task, tmp_path):
         assert (got - w).abs().max().item() <= 1e-5, k
 
 
+def test_deberta_v2_upper_stack_rebuilds_relative_positions():
+    """DeBERTa-v2 computes relative positions and embeddings inside its encoder and a conv after block 1 (spec
+    §6.4): the cache-fed upper blocks must rebuild them to equal the full model, for every k."""
+    from transformers import DebertaV2Config, DebertaV2Model
+    from experiments.models import SequenceHead, TaskModel
+    torch.manual_seed(0)
+    cfg = DebertaV2Config(vocab_size=100, hidden_size=32, num_hidden_layers=4, num_attention_heads=2,
+                          intermediate_size=64, relative_attention=True, position_buckets=16, max_relative_positions=64,
+                          norm_rel_ebd="layer_norm", conv_kernel_size=3, pos_att_type=["p2c", "c2p"],
+                          position_biased_input=False, share_att_key=True, type_vocab_size=0)
+    enc = DebertaV2Model(cfg)
+    model = TaskModel(enc, SequenceHead(32, 2, "cls")).eval()
+    ids = torch.randint(5, 100, (3, 11))
+    mask = torch.ones(3, 11, dtype=torch.long)
+    mask[1, 7:] = mask[2, 4:] = 0
+    with torch.no_grad():
+        want = model(input_ids=ids, attention_mask=mask).logits
+        for k in (1, 2, 3):
+            h = lower_model(enc, k)(input_ids=ids, attention_mask=mask).last_hidden_state
+            reduced = apply_variant(model, "reduced", k, 8, "gelu_new").eval()
+            assert (reduced(h, mask).logits - want).abs().max().item() <= 1e-5
+            names = {n for n, _ in reduced.named_parameters()}
+            assert "upper.rel.rel_embeddings.weight" in names and not any("embeddings.word" in n for n in names)
+        half = apply_variant(model, "half_adapters", 2, 8, "gelu_new").eval()  # adapters start as identity
+        assert (half(lower_model(enc, 2)(input_ids=ids, attention_mask=mask).last_hidden_state, mask).logits
+                - want).abs().max().item() <= 1e-5
+
+
 def test_off_by_one_layer_is_caught(tmp_path):
     """h^k is the output of block k (hidden_states[k]); feeding block k's input instead changes the logits."""
     cfg, tok, model, rows = tiny()
@@ -161,7 +189,7 @@ def test_bad_inputs_are_named():
         add_adapters(model.encoder.encoder.layer, 32, 4)
     llama = compose("model=tiny-llama", "debug=smoke")
     _, lm = build(llama.model, llama.task)
-    with pytest.raises(NotImplementedError, match="recycling supports bert, roberta, xlm-roberta encoders, not 'llama'"):
+    with pytest.raises(NotImplementedError, match="recycling supports bert, roberta, xlm-roberta, deberta-v2 encoders, not 'llama'"):
         UpperStack(lm.encoder, 1)
 
 
