@@ -85,6 +85,7 @@ def accuracy_tables(runs: list[dict], out: Path) -> list[str]:
         if variant in ("reduced", "half_adapters", "frozen"):
             half.setdefault((task, model, hw), set()).add(k)
     lines, t1, t2, depth = [], [], [], []
+    n_layers = {r["config"]["model"]["name"]: r["config"]["model"]["num_layers"] for r in runs}
     tasks = sorted({g[:5] + (g[7], g[8]) for g in groups})
     for task, task_for, model, model_for, hw, key, ttype in tasks:
         fam = FAMILY[ttype]
@@ -93,7 +94,8 @@ def accuracy_tables(runs: list[dict], out: Path) -> list[str]:
             return [x for g, xs in groups.items() for x in xs if g[:5] == (task, task_for, model, model_for, hw)
                     and g[5] == variant and (k is None or g[6] == k)]
         ks = half.get((task, model, hw), set())
-        main_k = min(ks, key=lambda k: abs(k - 3)) if ks else None  # N/2 (3 for 6 layers); others are the ablation
+        half_k = n_layers[model] // 2  # the paper's main setting; other k are the depth ablation
+        main_k = half_k if half_k in ks else (min(ks) if ks else None)
         full = scores("full")
         base = dict(task=label(task, task_for), model=label(model, model_for), metric=key)
         p1 = PAPER["table1_minilm384"].get(fam, {})
