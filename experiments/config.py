@@ -7,6 +7,8 @@ from typing import Any, Optional
 
 from omegaconf import MISSING
 
+from pema.options import PemaConfig  # an option every fine-tuning method composes with
+
 
 @dataclass
 class ModelConfig:
@@ -124,6 +126,7 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     data: DataConfig = field(default_factory=DataConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
+    pema: PemaConfig = field(default_factory=PemaConfig)  # pema.enabled=true: partial embedding matrix (pema/)
     seed: int = 0
     exp_id: str = "adhoc"  # experiment configs set it (e.g. finetune/default_cpu); names the sweep dir
     paper: Optional[str] = None  # results/<paper>/; default: the method's package

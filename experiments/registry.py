@@ -12,12 +12,18 @@ from experiments.config import Config, HardwareConfig, LoggerConfig, ModelConfig
 # name -> (entry point, results/<paper> it publishes to); one line per method
 METHODS: dict[str, tuple[str, str]] = {
     "finetune": ("experiments.finetune:run", "finetune"),
+    "pema_vocab": ("pema.run:run", "pema"),
+    "pema_sizes": ("pema.run:run", "pema"),
+    "pema_bench": ("pema.run:run", "pema"),
     "recycling": ("recycling.run:run", "recycling"),
     "recycling_bench": ("recycling.bench:run", "recycling"),
 }
 # name -> its config dataclass ("module:Class"; each <paper>/config.py imports no torch, so this stays cheap)
 SCHEMAS: dict[str, str] = {
     "finetune": "experiments.config:FinetuneConfig",
+    "pema_vocab": "pema.config:PemaVocabConfig",
+    "pema_sizes": "pema.config:PemaSizesConfig",
+    "pema_bench": "pema.config:PemaBenchConfig",
     "recycling": "recycling.config:RecyclingConfig",
     "recycling_bench": "recycling.config:RecyclingBenchConfig",
 }

@@ -1,0 +1,49 @@
+"""Schemas of PEMA's analysis methods (torch-free: the registry imports this while composing configs).
+
+Tags: [P] the paper (section/table), [R] the official code (not in the paper), [S] the spec
+(../shared/papers/pema.md) where it resolves an ambiguity, ours = a choice of this suite.
+The `pema:` option every fine-tuning method composes with is `pema.options.PemaConfig`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from experiments.config import MethodConfig
+
+
+@dataclass
+class PemaVocabConfig(MethodConfig):
+    """method=pema_vocab: V' of one tokenizer (the model's) on one task's splits; Fig. 2, Tables 1-4 rows.
+    No weights are loaded: only the tokenizer and the model's architecture config (|V| = embedding rows, d, N)."""
+    name: str = "pema_vocab"
+    variant: str = "default"
+    truncation: bool = True  # [R] run_glue: truncation to the task's max length; false = raw counts (Fig. 2 [S §5.3])
+    special_tokens: bool = True  # [R] ids include [CLS]/[SEP]/<s>; false = text tokens only (Fig. 2 [S §5.3])
+    hub_configs: str = ""  # [R] '+'-joined hub config names concatenated as one corpus (XNLI languages, e.g. en+de); "" = task.hf.name
+    union: str = ""  # ours: '+'-joined names of further conf/task configs whose splits join the corpus (offline analogue of Table 4)
+    num_labels: Optional[int] = None  # classification-head size counted in N; None = the task's label count (2 if it has none)
+    zero_examples: int = 12  # ours: Table-1-style zero-count tokens listed in the run record (longest first)
+    cache: bool = True  # ours: keep per-split counts in $STRATA_CACHE/pema/counts (keyed by tokenizer, data, tokenization)
+
+
+@dataclass
+class PemaSizesConfig(MethodConfig):
+    """method=pema_sizes: |V|, N_emb, N and N_emb/N of the model from its architecture config alone (Tables 5/6 [P App. A]);
+    N counts AutoModelForSequenceClassification with its head [R ParameterTracker]."""
+    name: str = "pema_sizes"
+    variant: str = "default"
+    num_labels: int = 2  # head size in N [R]; Tables 5/6 do not depend on it at their rounding (0.1M)
+
+
+@dataclass
+class PemaBenchConfig(MethodConfig):
+    """method=pema_bench: PEMA preparation time, optimizer-step time with and without PEMA (interleaved in one process),
+    and bytes of weights + gradients + AdamW state, analytical and measured (Table 9 style [P App. F]; memory: ours)."""
+    name: str = "pema_bench"
+    variant: str = "default"
+    steps: int = 8  # ours: optimizer steps per timed repeat (one repeat = `steps` steps of one arm)
+    repeats: int = 5  # ours: interleaved repeats per arm (median reported); the first round is a warm-up
+    prepare_repeats: int = 5  # ours: repeats of the PEMA preparation (count + map + reduce), median reported
+    memory_steps: int = 2  # ours: optimizer steps per arm in the memory measurement (AdamW state exists after step 1)
+    memory_rounds: int = 3  # ours: rounds of (full, PEMA) memory measurements; the median of the paired differences is reported
