@@ -9,7 +9,7 @@ STAMP   := $(VENV)/.strata-installed
 EXPS     = $(basename $(notdir $(wildcard conf/experiment/$(1)/*_cpu.yaml)))
 GPU_EXPS = $(basename $(notdir $(filter-out %_cpu.yaml %/smoke.yaml,$(wildcard conf/experiment/$(1)/*.yaml))))
 # implemented so far; each paper issue adds its package here
-PAPERS  := finetune recycling pema
+PAPERS  := finetune recycling pema intrinsic_dim
 export HF_HUB_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM := false

@@ -15,6 +15,7 @@ METHODS: dict[str, tuple[str, str]] = {
     "pema_vocab": ("pema.run:run", "pema"),
     "pema_sizes": ("pema.run:run", "pema"),
     "pema_bench": ("pema.run:run", "pema"),
+    "intrinsic_dim": ("intrinsic_dim.run:run", "intrinsic_dim"),
     "recycling": ("recycling.run:run", "recycling"),
     "recycling_bench": ("recycling.bench:run", "recycling"),
 }
@@ -24,6 +25,7 @@ SCHEMAS: dict[str, str] = {
     "pema_vocab": "pema.config:PemaVocabConfig",
     "pema_sizes": "pema.config:PemaSizesConfig",
     "pema_bench": "pema.config:PemaBenchConfig",
+    "intrinsic_dim": "intrinsic_dim.config:IntrinsicDimConfig",
     "recycling": "recycling.config:RecyclingConfig",
     "recycling_bench": "recycling.config:RecyclingBenchConfig",
 }

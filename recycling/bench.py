@@ -209,7 +209,10 @@ def storage(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
     lower = lower_model(model.encoder, k)
     d = model.encoder.config.hidden_size
     tokens = sum(len(r["input_ids"]) for r in rows)
-    out = {"storage/sequences": len(rows), "storage/tokens": tokens, "storage/d": d, "storage/k": k}
+    # the store keeps one entry per distinct example (same ids, same key): repeated sentences cost nothing more
+    unique = {(tuple(r["input_ids"]), tuple(r.get("token_type_ids") or ())): len(r["input_ids"]) for r in rows}
+    out = {"storage/sequences": len(rows), "storage/tokens": tokens, "storage/d": d, "storage/k": k,
+           "storage/unique_sequences": len(unique), "storage/unique_tokens": sum(unique.values())}
     for dt, size in (("fp32", 4), ("fp16", 2)):
         with tempfile.TemporaryDirectory(dir=ctx.output_dir) as tmp:
             store = ActivationStore(tmp, dtype=DTYPES[dt])

@@ -105,7 +105,7 @@ def accuracy_tables(runs: list[dict], out: Path) -> list[str]:
                 pv = p1.get(v)
                 t1.append({**base, "variant": v, "k": "—" if v == "full" else main_k, "ours": _ms(xs),
                            "ours − full": _f(mean(xs) - mean(full), sign=True) if full else "—",
-                           "paper (MiniLM-L6-H384, " + fam + " avg)": _f(pv),
+                           "paper row": f"MiniLM-L6-H384, {fam} avg", "paper": _f(pv),
                            "paper − full": _f(pv - p1["full"], sign=True) if pv is not None else "—", "hardware": hw})
         p2 = PAPER["table2_scibert"].get(fam, {})
         for v in ("half_adapters", "full_adapters", "full"):
@@ -117,7 +117,7 @@ def accuracy_tables(runs: list[dict], out: Path) -> list[str]:
                 t2.append({**base, "variant": v, "ours": _ms(xs),
                            "ours − full": _f(mean(xs) - mean(full), sign=True) if full else "—",
                            "trainable %": _f(mean(pct)) if pct else "—",
-                           "paper ((Sci)BERT, " + fam + " avg)": _f(p2.get(v)),
+                           "paper row": f"(Sci)BERT, {fam} avg", "paper": _f(p2.get(v)),
                            "paper − full": _f(p2[v] - p2["full"], sign=True) if v in p2 else "—", "hardware": hw})
         p15 = PAPER["table15_minilm384"].get(fam, {})
         for k in sorted(ks):
@@ -125,7 +125,7 @@ def accuracy_tables(runs: list[dict], out: Path) -> list[str]:
             if xs and (len(ks) > 1):
                 depth.append({**base, "layers reduced": k, "ours": _ms(xs),
                               "ours − full": _f(mean(xs) - mean(full), sign=True) if full else "—",
-                              "paper (MiniLM-L6-H384, " + fam + " avg)": _f(p15.get(k)),
+                              "paper row": f"MiniLM-L6-H384 (Table 15), {fam} avg", "paper": _f(p15.get(k)),
                               "paper − full": _f(p15[k] - p15["full"], sign=True) if k in p15 else "—",
                               "hardware": hw})
     note = ("The paper's columns are its task-family averages for its nearest model (its tasks are not our offline "
@@ -135,7 +135,7 @@ def accuracy_tables(runs: list[dict], out: Path) -> list[str]:
     lines += _write(out, "table2_adapters", "Table 2: adapters (Rdc + Half Adpt, Full Adpt) vs Full", t2,
                     [note, "trainable % = trainable parameters / the full model's parameters.", *caps])
     lines += _write(out, "depth_ablation", "Depth ablation (Tables 8-15): Rdc vs layers reduced", depth,
-                    [note, "Figure: [figures/depth_ablation.png](../figures/depth_ablation.png)", *caps])
+                    [note, "Figure: figures/depth_ablation.png (accuracy vs layers reduced).", *caps])
     if depth:
         _depth_figure(depth, t1, out / "figures" / "depth_ablation.png")
     return lines
@@ -153,7 +153,7 @@ def _depth_figure(depth: list[dict], t1: list[dict], path: Path) -> None:
         full = [float(r["ours"].split(" ")[0]) for r in t1 if r["task"] == task and r["variant"] == "full"]
         if full:
             ax.axhline(full[0], color="gray", ls="--", label="ours: Full")
-        pcol = next(c for c in rs[0] if c.startswith("paper ("))
+        pcol = "paper"
         ax2 = ax.twinx()
         ax2.plot([r["layers reduced"] for r in rs], [float(r[pcol]) if r[pcol] != "—" else None for r in rs], "s:",
                  color="#c44e52", label="paper: MiniLM-L6-H384 family avg")
@@ -263,8 +263,9 @@ def storage_table(runs: list[dict], out: Path) -> list[str]:
                      "fp16 B/token": int(m["storage/fp16_bytes_per_token"]),
                      "fp32 KB/sequence": _f(m["storage/fp32_bytes_per_sequence"] / 1e3, 1),
                      "fp16 KB/sequence": _f(m["storage/fp16_bytes_per_sequence"] / 1e3, 1),
-                     "fp16 on disk = Σ tokens·d·2": "yes" if m["storage/fp16_disk_bytes"] == m["storage/tokens"] *
-                     m["storage/d"] * 2 else f"no ({int(m['storage/fp16_disk_bytes'])} B)",
+                     "distinct sequences / tokens": f"{int(m['storage/unique_sequences'])} / {int(m['storage/unique_tokens'])}",
+                     "fp16 on disk = Σ distinct tokens·d·2": "yes" if m["storage/fp16_disk_bytes"] ==
+                     m["storage/unique_tokens"] * m["storage/d"] * 2 else f"no ({int(m['storage/fp16_disk_bytes'])} B)",
                      "fp16 disk MB": _f(m["storage/fp16_disk_bytes"] / 1e6, 3),
                      "epoch-2 hit rate": _f(100 * m["storage/epoch2_hit_rate"], 1) + "%",
                      "epoch-2 computed": int(m["storage/epoch2_computed"]), "device": r["provenance"]["device"]})

@@ -83,7 +83,7 @@ def test_inference_benchmark_is_faithful_to_the_full_model(smoke_cfg, tmp_path):
 
 def test_storage_is_tokens_times_d_times_bytes_and_epoch2_hits_everything(smoke_cfg, tmp_path):
     m = bench(smoke_cfg, tmp_path, "storage")
-    d, tokens = m["storage/d"], m["storage/tokens"]
+    d, tokens = m["storage/d"], m["storage/unique_tokens"]  # repeated examples are stored once
     assert m["storage/fp16_raw_bytes"] == m["storage/fp16_disk_bytes"] == tokens * d * 2
     assert m["storage/fp32_raw_bytes"] == m["storage/fp32_disk_bytes"] == tokens * d * 4
     assert m["storage/epoch2_hit_rate"] == 1.0 and m["storage/epoch2_computed"] == 0

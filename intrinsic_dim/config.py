@@ -1,0 +1,54 @@
+"""method=intrinsic_dim: the schema (no torch import: the registry loads it for every config composition).
+
+Tags: [P] the paper says it, [C] only the official code says it (spec §1), [S] the spec's suggestion, ours = a choice
+of this implementation."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from omegaconf import MISSING
+
+from experiments.config import MethodConfig
+
+
+@dataclass
+class IntrinsicDimConfig(MethodConfig):
+    """One run = one paradigm on one (model, task): `variant` is `icl-<k>` (k demos from the 1000-example pool,
+    reused across prompts), `icl_unique-<k>` (no demo used twice, App. D) or `sft` (LoRA, checkpoint per epoch)."""
+
+    name: str = "intrinsic_dim"
+    variant: str = MISSING  # icl-<k> | icl_unique-<k> | sft  [P §4-§7]; also names the run
+    # --- data (spec §2.2) ---
+    n_train: int = 1000  # [P] the training pool: ICL demos and SFT data
+    n_eval: int = 5000  # [P] validation prompts per setting (ID is computed over these N points)
+    split_seed: Optional[int] = None  # [C] shuffle seed of the split recipe; None = the task's own (prompts.RECIPES)
+    demo_seed: int = 42  # [C] random.seed(42); random.sample(range(n_train), k) per validation item
+    unique_pool: int = 100_000  # [C] unique-demo control: demos drawn without reuse from this many train items
+    csqa_five_choices: bool = False  # ours: show option E in CommonsenseQA (the paper's template drops it, spec §5.4)
+    max_prompt_tokens: int = 4096  # ours: a longer prompt is an error (never silently truncated)
+    # --- estimators (spec §1.5-1.7) ---
+    discard_fraction: float = 0.1  # [C] TwoNN: drop the largest 10% of mu = r2/r1
+    dedup: bool = True  # [S] drop exact duplicate states (r1 = 0) before estimating; counted in the record
+    mle_ks: list[int] = field(default_factory=lambda: [50])  # [P App. F] Levina-Bickel neighbourhood(s); [] = off
+    auc_norm: str = "L"  # [P] L (paper formula) | L_minus_1 (official code); both are recorded
+    auc_include_embedding: bool = False  # [C] the curve and AUC run over layers 1..L (embedding output dropped)
+    bootstrap: int = 0  # ours: >0 = that many bootstrap replicates over points for a 95% CI of each layer's TwoNN
+    bootstrap_seed: int = 0  # ours
+    id_device: str = "auto"  # ours: where the estimators run (auto = cuda when present)
+    # --- extraction ---
+    batch_size: int = 32  # ours: prompts per forward pass (length-sorted batches)
+    store_dtype: str = "fp32"  # ours: activation-store dtype; fp16 perturbs nearest-neighbour distances
+    # --- SFT (spec §1.4) ---
+    lora_r: int = 64  # [P] (the stored detailed-FT yaml says 128; spec §5.9)
+    lora_alpha: int = 16  # [P]
+    lora_dropout: float = 0.1  # [P]
+    lora_targets: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])  # [P]
+    sft_epochs: int = 4  # [P] §7 "Finetune 1K" = 4 epochs; §5 dynamics = 15
+    sft_lr: float = 1e-4  # [P]
+    sft_batch_size: int = 16  # [P]
+    sft_warmup_ratio: float = 0.1  # [C] linear schedule, HF default AdamW (no weight decay)
+    sft_max_length: int = 1024  # [C] max_seq_length
+    sft_group_by_length: bool = True  # ours: length-grouped batches (less padding on CPU); [C] shuffles plainly
+    sft_eval_train_n: Optional[int] = None  # ours: cap on train prompts measured per checkpoint (None = all n_train)
+    checkpoint_dir: Optional[str] = None  # ours: LoRA checkpoint cache (default: <store dir>/../lora-checkpoints)

@@ -1,0 +1,300 @@
+"""method=intrinsic_dim: one paradigm (icl-<k>, icl_unique-<k> or sft) on one (model, task).
+
+Loads the causal LM in fp32, builds the prompts of the paper's split recipe, extracts the last token's state at
+every layer through the activation store, estimates TwoNN (and MLE) per layer, the normalized AUC and the logit
+accuracy. SFT trains LoRA adapters and measures train and validation prompts at every epoch's checkpoint
+(epoch 0 = the base model); checkpoints are cached, so another experiment with the same SFT settings reuses them.
+Writes nothing but the run record (curves go to ctx.extra) and the caches (store, LoRA checkpoints)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from experiments.assets import MANIFEST, require
+from experiments.context import RunContext
+from experiments.store import ActivationStore, model_fingerprint
+from intrinsic_dim import auc as A
+from intrinsic_dim import estimators as E
+from intrinsic_dim import extract as X
+from intrinsic_dim import prompts as P
+
+log = logging.getLogger("strata.intrinsic_dim")
+VARIANT = re.compile(r"^(icl|icl_unique)-(\d+)$|^sft$")
+
+
+def parse_variant(variant: str) -> tuple[str, int]:
+    m = VARIANT.match(variant or "")
+    if not m:
+        raise ValueError(f"method.variant={variant!r} is not a paradigm; use icl-<k> (e.g. icl-5), "
+                         "icl_unique-<k> or sft")
+    return (m.group(1), int(m.group(2))) if m.group(1) else ("sft", 0)
+
+
+# ---- model and data ------------------------------------------------------------------------------------------
+
+def load_causal_lm(model: DictConfig):
+    """(tokenizer, causal LM in fp32, eval mode, a key identifying its weights)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    if model.get("kind") != "causal":
+        raise ValueError(f"intrinsic_dim needs a causal LM (model.kind=causal); {model.name} is {model.kind}")
+    if model.source == "config":
+        from transformers import LlamaConfig, LlamaForCausalLM
+        from experiments.models import byte_tokenizer
+        tok = byte_tokenizer()
+        kwargs = OmegaConf.to_container(model.from_config, resolve=True)
+        lm = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), pad_token_id=tok.pad_token_id, **kwargs))
+        key = None
+    else:
+        path = str(require("models", model.offline)) if model.source == "offline" else model.hf_id
+        tok = AutoTokenizer.from_pretrained(path)
+        lm = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)  # [C] default (fp32) dtype
+        key = None
+        if model.source == "offline":  # the verified manifest names the exact weight files
+            key = hashlib.sha256((Path(path) / MANIFEST).read_bytes()).hexdigest()
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token  # [C] pad = EOS
+    lm.eval()
+    return tok, lm, key or model_fingerprint(lm)
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def load_rows(task: DictConfig, data: DictConfig, split: str) -> list[dict] | object:
+    source = data.source or task.source
+    if source == "offline":
+        return _read_jsonl(require("data", task.offline) / f"{split}.jsonl")
+    if source == "fixture":
+        from experiments.data import REPO
+        if not task.fixture:
+            raise ValueError(f"task {task.name!r} has no fixture; use data.source=offline")
+        return [r for r in _read_jsonl(REPO / task.fixture) if r["split"] == split]
+    if source == "hub":
+        import datasets
+        return datasets.load_dataset(task.hf.path, task.hf.name, split=split)
+    raise ValueError(f"unknown data source {source!r}; valid: offline, hub, fixture")
+
+
+def _take(rows, idx) -> list[dict]:
+    return [rows[int(i)] for i in idx] if isinstance(rows, list) else list(rows.select([int(i) for i in idx]))
+
+
+def split_items(cfg: DictConfig, unique: bool) -> tuple[list[dict], list[dict], list[dict]]:
+    """(train pool rows, eval rows, unique-demo pool rows) by the task's recipe [C]: each split shuffled as
+    datasets' shuffle(seed) does (numpy default_rng(seed).permutation), train = first n_train, eval = first n_eval of
+    its split or, when it is the train split, the items after the train pool (after the unique pool when unique)."""
+    m, task = cfg.method, cfg.task
+    recipe = P.RECIPES.get(task.name)
+    if recipe is None:
+        raise KeyError(f"no split recipe for task {task.name!r}; add it to intrinsic_dim/prompts.py RECIPES")
+    source = cfg.data.source or task.source
+    if source != "hub":  # offline assets and fixtures have train/eval splits of their own
+        recipe = P.Recipe("train", "eval", recipe.seed)
+    seed = recipe.seed if m.split_seed is None else m.split_seed
+    train = load_rows(task, cfg.data, recipe.train)
+    perm_t = np.random.default_rng(seed).permutation(len(train))
+    if recipe.eval == recipe.train:
+        evals, perm_e = train, perm_t
+        start = min(m.unique_pool, len(train) - m.n_eval) if unique else m.n_train
+        pool_end = start
+    else:
+        evals = load_rows(task, cfg.data, recipe.eval)
+        perm_e, start, pool_end = np.random.default_rng(seed).permutation(len(evals)), 0, m.unique_pool
+    n_eval = min(m.n_eval, len(perm_e) - start)
+    if n_eval < m.n_eval:
+        log.warning("task %s has %d eval items for this recipe, fewer than method.n_eval=%d; using them all",
+                    task.name, n_eval, m.n_eval)
+    if n_eval < 3:
+        raise ValueError(f"task {task.name} leaves {n_eval} eval items; need at least 3 for TwoNN")
+    n_train = min(m.n_train, len(perm_t))
+    pool = _take(train, perm_t[:n_train])
+    uniq = _take(train, perm_t[:min(pool_end, len(perm_t))]) if unique else []
+    return pool, _take(evals, perm_e[start:start + n_eval]), uniq
+
+
+# ---- measurement ---------------------------------------------------------------------------------------------
+
+def estimate(states: np.ndarray, m: DictConfig) -> dict:
+    """Per-layer curves (TwoNN, MLE per k), duplicates, optional bootstrap CIs, and every AUC variant."""
+    device = None if m.id_device == "auto" else m.id_device
+    curves: dict[str, list[float]] = {"twonn": []}
+    dups, boot = [], []
+    for S in states:
+        try:
+            r = E.twonn_detail(S, m.discard_fraction, dedup=m.dedup, device=device)
+        except E.TooFewPoints:  # the embedding output of a shared last token: one point, no dimension
+            r = E.IDResult(float("nan"), len(np.unique(S, axis=0)), len(S) - len(np.unique(S, axis=0)))
+        curves["twonn"].append(r.value)
+        dups.append(r.n_duplicates)
+        if m.bootstrap and not np.isnan(r.value):
+            boot.append(E.bootstrap(S, E.twonn, n=m.bootstrap, seed=m.bootstrap_seed, device=device,
+                                    discard_fraction=m.discard_fraction))
+        elif m.bootstrap:
+            boot.append([float("nan"), float("nan")])
+    for k in m.mle_ks:
+        curves[f"mle_k{k}"] = [_or_nan(E.mle, S, k=k, dedup=True, device=device) for S in states]
+    aucs = {name: {f"{norm}{'_emb' if emb else ''}": A.normalized_auc(c, norm, emb)
+                   for norm in A.NORMS for emb in (False, True)} for name, c in curves.items()}
+    out = {"curves": curves, "n_duplicates": dups, "auc": aucs}
+    if boot:
+        out["bootstrap_twonn_95"] = boot
+    return out
+
+
+def _or_nan(fn, *args, **kwargs) -> float:
+    try:
+        return fn(*args, **kwargs)
+    except E.TooFewPoints:
+        return float("nan")
+
+
+def measure(store, lm, tok, model_key: str, prompts: list[str], gold: list[int], label_ids: list[int],
+            cfg: DictConfig, device: torch.device) -> dict:
+    m = cfg.method
+    examples = X.tokenize(tok, prompts, m.max_prompt_tokens)
+    computed0 = store.stats.computed
+    t0 = time.perf_counter()
+    states = X.last_token_states(store, lm, examples, tok_key=X.tokenizer_key(tok), max_length=m.max_prompt_tokens,
+                                 batch_size=m.batch_size, device=device, model_key=model_key)
+    t_extract = time.perf_counter() - t0
+    computed = (store.stats.computed - computed0) // states.shape[0]  # prompts whose states were computed now
+    logits = X.last_logits(lm, states[-1], label_ids, device)
+    acc, _ = X.logit_accuracy(logits, gold)
+    n_lab = len(label_ids)
+    t0 = time.perf_counter()
+    est = estimate(states, m)
+    n_tokens = [len(e["input_ids"]) for e in examples]
+    uniq = {tuple(e["input_ids"]) for e in examples}  # the store computes a repeated prompt once
+    return {"accuracy": acc, "n_prompts": len(prompts),
+            "majority_rate": float(np.bincount(gold, minlength=n_lab).max() / len(gold)),  # always-one-label baseline
+            "pred_counts": np.bincount(logits.argmax(1), minlength=n_lab).tolist(),
+            "mean_prompt_tokens": float(np.mean(n_tokens)),
+            "max_prompt_tokens": int(max(n_tokens)), "computed_prompts": int(computed),
+            "extract_s": t_extract, "id_s": time.perf_counter() - t0,
+            "tokens_per_s": (sum(map(len, uniq)) / t_extract) if computed == len(uniq) and t_extract > 0 else None,
+            **est}
+
+
+def summary(res: dict, m: DictConfig, split: str) -> dict[str, float]:
+    key = f"{m.auc_norm}{'_emb' if m.auc_include_embedding else ''}"
+    out = {f"{split}/accuracy": res["accuracy"], f"{split}/auc_twonn": res["auc"]["twonn"][key]}
+    if m.mle_ks:
+        out[f"{split}/auc_mle"] = res["auc"][f"mle_k{m.mle_ks[0]}"][key]
+    return out
+
+
+# ---- the run -------------------------------------------------------------------------------------------------
+
+def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
+    m = cfg.method
+    paradigm, k = parse_variant(m.variant)
+    if m.auc_norm not in A.NORMS:
+        raise ValueError(f"method.auc_norm={m.auc_norm!r}; valid: {', '.join(A.NORMS)}")
+    dtype = {"fp32": torch.float32, "fp16": torch.float16}.get(m.store_dtype)
+    if dtype is None:
+        raise ValueError(f"method.store_dtype={m.store_dtype!r}; valid: fp32, fp16")
+    tok, lm, base_key = load_causal_lm(cfg.model)
+    lm.to(ctx.device)
+    pool_rows, eval_rows, uniq_rows = split_items(cfg, unique=paradigm == "icl_unique")
+    render = dict(five_choices=m.csqa_five_choices)
+    pool, evals = P.render(cfg.task.name, pool_rows, **render), P.render(cfg.task.name, eval_rows, **render)
+    labels = sorted({o for _, o in evals} | {o for _, o in pool})
+    label_ids = X.label_token_ids(tok, labels)
+    gold = [labels.index(o) for _, o in evals]
+    store = ActivationStore(ctx.store_dir, dtype=dtype)
+    ctx.n_samples.update(train_examples=len(pool), eval_examples=len(evals), unique_pool=len(uniq_rows),
+                         max_length=m.max_prompt_tokens)
+    ctx.extra.update(paradigm=paradigm, k=k, labels=labels,
+                     label_tokens=[tok.convert_ids_to_tokens(i) for i in label_ids])
+
+    if paradigm != "sft":
+        demo_pool = P.render(cfg.task.name, uniq_rows, **render) if paradigm == "icl_unique" else pool
+        prompts = P.build(paradigm, k, evals, demo_pool, m.demo_seed)
+        res = measure(store, lm, tok, base_key, prompts, gold, label_ids, cfg, ctx.device)
+        ctx.extra.update(prompt_examples=prompts[:2], **{k_: v for k_, v in res.items()})
+        return {**summary(res, m, "eval"), **_timing(res)}
+
+    # SFT: LoRA on the pool's `input\noutput` texts; measure train and eval prompts per epoch (0 = base model)
+    from intrinsic_dim import sft as S
+    train_texts = [tok(P.combined(it), truncation=True, max_length=m.sft_max_length)["input_ids"] for it in pool]
+    n_tr = len(pool) if m.sft_eval_train_n is None else min(m.sft_eval_train_n, len(pool))
+    splits = {"train": ([P.zero_shot(q) for q in pool[:n_tr]], [labels.index(o) for _, o in pool[:n_tr]]),
+              "eval": ([P.zero_shot(q) for q in evals], gold)}
+    checkpoints: list[dict] = []
+
+    def measure_all(epoch: int, step: int, key: str) -> None:
+        for split, (prompts, g) in splits.items():
+            res = measure(store, model, tok, key, prompts, g, label_ids, cfg, ctx.device)
+            checkpoints.append({"epoch": epoch, "step": step, "split": split, **res})
+            log.info("sft epoch %d %s: accuracy %.4f, TwoNN AUC %.2f", epoch, split, res["accuracy"],
+                     res["auc"]["twonn"][m.auc_norm])
+
+    model = S.add_lora(lm, m.lora_r, m.lora_alpha, m.lora_dropout, list(m.lora_targets))
+    measure_all(0, 0, base_key)  # B = 0: the wrapped model computes exactly what the base does
+    ckpt_dir = _checkpoint_dir(cfg, ctx, base_key, train_texts)
+    steps_per_epoch = -(-len(train_texts) // m.sft_batch_size)
+    files = [ckpt_dir / f"epoch-{e}.safetensors" for e in range(1, m.sft_epochs + 1)]
+    timing = {}
+    if all(f.is_file() for f in files):
+        from safetensors.torch import load_file
+        log.info("sft: reusing %d cached LoRA checkpoints from %s", len(files), ckpt_dir)
+        for e, f in enumerate(files, 1):
+            state = load_file(str(f))
+            S.load_lora_state(model, state)
+            measure_all(e, e * steps_per_epoch, X.lora_key(base_key, state))
+        timing = json.loads((ckpt_dir / "train.json").read_text())
+    else:
+        from safetensors.torch import save_file
+        ckpt_dir.mkdir(parents=True, exist_ok=True)
+
+        def on_epoch(epoch: int, step: int) -> None:
+            state = S.lora_state(model)
+            tmp = files[epoch - 1].with_suffix(".tmp")
+            save_file(state, str(tmp))
+            tmp.replace(files[epoch - 1])
+            measure_all(epoch, step, X.lora_key(base_key, state))
+
+        timing = S.train(model, train_texts, epochs=m.sft_epochs, lr=m.sft_lr, batch_size=m.sft_batch_size,
+                         warmup_ratio=m.sft_warmup_ratio, seed=cfg.seed, device=ctx.device,
+                         pad_id=tok.pad_token_id, group_by_length=m.sft_group_by_length, on_epoch=on_epoch,
+                         log=log.info)
+        (ckpt_dir / "train.json").write_text(json.dumps(timing))
+    ctx.extra.update(checkpoints=checkpoints, prompt_examples=[P.combined(pool[0]), splits["eval"][0][0]],
+                     checkpoint_dir=str(ckpt_dir), sft_steps_per_epoch=steps_per_epoch)
+    last = {s: [c for c in checkpoints if c["split"] == s][-1] for s in splits}
+    ext = sum(c["extract_s"] for c in checkpoints)
+    return {**summary(last["eval"], m, "eval"), **summary(last["train"], m, "train"),
+            "sft/epochs": m.sft_epochs, "sft/steps": timing["steps"], "sft/last_loss": timing["last_loss"],
+            "time/train_s": timing["train_s"], "time/step_ms": timing["step_ms"], "time/extract_s": ext,
+            "time/id_s": sum(c["id_s"] for c in checkpoints)}
+
+
+def _timing(res: dict) -> dict[str, float]:
+    out = {"time/extract_s": res["extract_s"], "time/id_s": res["id_s"], "id/n_prompts": res["n_prompts"],
+           "id/max_duplicates": max(res["n_duplicates"]), "id/mean_prompt_tokens": res["mean_prompt_tokens"]}
+    if res["tokens_per_s"] is not None:
+        out["extract/tokens_per_s"] = res["tokens_per_s"]
+    return out
+
+
+def _checkpoint_dir(cfg: DictConfig, ctx: RunContext, base_key: str, train_texts: list[list[int]]) -> Path:
+    """Cache directory of one SFT run's LoRA checkpoints, keyed by everything that determines the training."""
+    m = cfg.method
+    h = hashlib.sha256(json.dumps({
+        "base": base_key, "r": m.lora_r, "alpha": m.lora_alpha, "dropout": m.lora_dropout,
+        "targets": list(m.lora_targets), "epochs": m.sft_epochs, "lr": m.sft_lr, "bs": m.sft_batch_size,
+        "warmup": m.sft_warmup_ratio, "group": m.sft_group_by_length, "seed": cfg.seed,
+        "device": ctx.device.type, "data": hashlib.sha256(json.dumps(train_texts).encode()).hexdigest(),
+    }, sort_keys=True).encode()).hexdigest()[:20]
+    root = Path(m.checkpoint_dir) if m.checkpoint_dir else Path(ctx.store_dir).parent / "lora-checkpoints"
+    return root / h

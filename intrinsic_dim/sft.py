@@ -1,0 +1,105 @@
+"""Supervised fine-tuning with LoRA (spec §1.4): peft adapters on q/k/v/o of every layer, a causal-LM loss over
+the whole `input\\noutput` text (the official trl.SFTTrainer has no completion-only collator), HF-Trainer defaults
+for the rest (AdamW without weight decay, linear warmup then linear decay, gradient clipping at 1.0), and a callback
+after every epoch, where the caller measures accuracy and ID on a checkpoint. Plain torch + peft; no I/O."""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import nn
+
+from experiments.data import epoch_order
+from experiments.timing import StepTimer
+
+
+def add_lora(lm: nn.Module, r: int, alpha: int, dropout: float, targets: Sequence[str]) -> nn.Module:
+    """The causal LM wrapped with fresh LoRA adapters (B = 0: the wrapped model computes what the base did)."""
+    from peft import LoraConfig, get_peft_model
+    missing = [t for t in targets if not any(n.endswith(t) for n, _ in lm.named_modules())]
+    if missing:
+        raise ValueError(f"LoRA targets {missing} name no module of {type(lm).__name__}; "
+                         "set method.lora_targets to its attention projection names")
+    cfg = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=list(targets), bias="none",
+                     task_type="CAUSAL_LM")
+    return get_peft_model(lm, cfg)
+
+
+def lora_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The adapter weights alone (a CPU copy): what one checkpoint is."""
+    from peft import get_peft_model_state_dict
+    return {k: v.detach().to("cpu", copy=True) for k, v in get_peft_model_state_dict(model).items()}
+
+
+def load_lora_state(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
+    from peft import set_peft_model_state_dict
+    res = set_peft_model_state_dict(model, state)
+    unexpected = getattr(res, "unexpected_keys", [])
+    if unexpected:
+        raise ValueError(f"checkpoint has {len(unexpected)} keys this model lacks, e.g. {unexpected[0]}")
+
+
+def hf_linear_schedule(optimizer, warmup: int, total: int) -> torch.optim.lr_scheduler.LambdaLR:
+    """transformers.get_linear_schedule_with_warmup: lr * step/warmup, then linear decay to 0 at `total`."""
+    def factor(step: int) -> float:
+        if step < warmup:
+            return step / max(1, warmup)
+        return max(0.0, (total - step) / max(1, total - warmup))
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def batches(texts_ids: Sequence[list[int]], batch_size: int, seed: int, epoch: int, group_by_length: bool,
+            pad_id: int) -> list[dict[str, torch.Tensor]]:
+    """One epoch of right-padded batches (labels = input ids, pads -100). Reshuffled per epoch from the seed;
+    group_by_length sorts within windows of 50 batches, then shuffles the batches (less padding, same epochs)."""
+    chunks = epoch_order([len(t) for t in texts_ids], batch_size, seed, group_by_length)(epoch)
+    out = []
+    for chunk in chunks:
+        T = max(len(texts_ids[i]) for i in chunk)
+        ids = torch.full((len(chunk), T), pad_id, dtype=torch.long)
+        mask = torch.zeros(len(chunk), T, dtype=torch.long)
+        for b, i in enumerate(chunk):
+            ids[b, :len(texts_ids[i])] = torch.as_tensor(texts_ids[i])
+            mask[b, :len(texts_ids[i])] = 1
+        out.append({"input_ids": ids, "attention_mask": mask, "labels": ids.masked_fill(mask == 0, -100)})
+    return out
+
+
+def train(model: nn.Module, texts_ids: Sequence[list[int]], *, epochs: int, lr: float, batch_size: int,
+          warmup_ratio: float, seed: int, device: torch.device, pad_id: int, group_by_length: bool = True,
+          max_grad_norm: float = 1.0, on_epoch: Callable[[int, int], None] | None = None,
+          log: Callable[[str], None] | None = None) -> dict[str, float]:
+    """Train the LoRA parameters for `epochs` epochs; `on_epoch(epoch, step)` after each (model in eval mode
+    during the call, back in train mode after). Returns timing and the last loss."""
+    model.to(device)
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise ValueError("no trainable parameters: wrap the model with add_lora first")
+    n_batches = math.ceil(len(texts_ids) / batch_size)
+    total = n_batches * epochs
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    sched = hf_linear_schedule(opt, math.ceil(total * warmup_ratio), total)
+    timer = StepTimer(device)
+    step, loss_v = 0, float("nan")
+    for epoch in range(1, epochs + 1):
+        model.train()
+        for batch in batches(texts_ids, batch_size, seed, epoch, group_by_length, pad_id):
+            with timer:
+                batch = {k: v.to(device) for k, v in batch.items()}
+                loss = model(**batch).loss
+                loss.backward()
+                if max_grad_norm:
+                    torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+                opt.step()
+                sched.step()
+                opt.zero_grad(set_to_none=True)
+            step += 1
+            loss_v = float(loss.detach())
+        if log:
+            log(f"sft epoch {epoch}/{epochs}: step {step}, loss {loss_v:.4f}, {timer.total_s:.0f} s training")
+        if on_epoch:
+            model.eval()
+            on_epoch(epoch, step)
+    model.eval()
+    return {"train_s": timer.total_s, "step_ms": timer.median_ms, "steps": step, "last_loss": loss_v}

@@ -1,0 +1,115 @@
+"""TwoNN and MLE: skdim agreement, known dimensions, duplicates, chunking, errors; the AUC formulas by hand."""
+import math
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from intrinsic_dim import auc as A
+from intrinsic_dim import estimators as E
+
+
+def embedded_gaussian(n: int, d: int, D: int = 100, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    Q, _ = np.linalg.qr(rng.standard_normal((D, d)))
+    return rng.standard_normal((n, d)) @ Q.T
+
+
+def skdim_twonn(X) -> float:
+    from skdim.id import TwoNN
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return float(TwoNN(discard_fraction=0.1).fit(X).dimension_)
+
+
+@pytest.mark.parametrize("shape,seed", [((400, 100, 5), 0), ((300, 50, 50), 1), ((257, 576, 12), 2)])
+def test_twonn_equals_skdim_in_float64(shape, seed):
+    n, D, d = shape
+    X = embedded_gaussian(n, d, D, seed) + 1e-3 * np.random.default_rng(seed).standard_normal((n, D))
+    ours, ref = E.twonn(X), skdim_twonn(X)
+    assert abs(ours - ref) / ref <= 1e-10
+
+
+def test_twonn_float32_input_is_computed_in_float64():
+    X = embedded_gaussian(400, 8, 64, 3).astype(np.float32)
+    assert E.twonn(X) == E.twonn(X.astype(np.float64))  # cast first, then the same float64 computation
+    assert abs(E.twonn(X) - skdim_twonn(X)) / skdim_twonn(X) < 1e-4  # skdim works in float32 here
+
+
+def test_torch_and_numpy_inputs_agree():
+    X = embedded_gaussian(300, 4, 40, 4)
+    assert E.twonn(torch.from_numpy(X)) == E.twonn(X)
+    assert E.mle(torch.from_numpy(X).float(), k=20) == pytest.approx(E.mle(X.astype(np.float32), k=20), rel=1e-12)
+
+
+@pytest.mark.parametrize("d", [2, 5, 10])
+def test_known_dimensions_within_10_percent(d):
+    X = embedded_gaussian(5000, d, 100, d)
+    assert E.twonn(X) == pytest.approx(d, rel=0.10)
+    assert E.mle(X, k=50) == pytest.approx(d, rel=0.10)
+
+
+def test_duplicates_are_dropped_and_counted():
+    X = embedded_gaussian(300, 6, 50, 5)
+    Xd = np.concatenate([X, X[:7], X[:2]])  # 9 duplicate rows
+    r = E.twonn_detail(Xd)
+    assert r.n_duplicates == 9 and r.n_points == 300
+    assert r.value == pytest.approx(E.twonn(X), rel=1e-12)
+    assert abs(r.value - skdim_twonn(X)) / skdim_twonn(X) <= 1e-10
+    assert E.mle_detail(Xd, k=20).n_duplicates == 9
+
+
+def test_without_dedup_the_official_floor_applies():
+    X = embedded_gaussian(300, 6, 50, 6)
+    Xd = np.concatenate([X, X[:1]])  # one duplicate pair: r1 = 0 for two points
+    r = E.twonn_detail(Xd, dedup=False)
+    assert r.n_duplicates == 2 and math.isfinite(r.value)  # mu = r2 / 1e-10 lands in the discarded 10%
+    # the same by hand: floor r1, fit
+    dist, _ = E.nearest_neighbours(torch.from_numpy(Xd), 2)
+    r1 = dist[:, 0].clone()
+    r1[r1 == 0] = E.R1_FLOOR
+    assert r.value == pytest.approx(E.twonn_from_distances(r1, dist[:, 1]), rel=1e-12)
+    with pytest.raises(ValueError, match="duplicate"):
+        E.mle(Xd, k=10, dedup=False)
+
+
+def test_chunked_search_equals_one_block():
+    X = torch.from_numpy(embedded_gaussian(500, 7, 30, 7))
+    d1, i1 = E.nearest_neighbours(X, 5)
+    d2, i2 = E.nearest_neighbours(X, 5, chunk_bytes=8 * 500 * 3)  # 3 rows per chunk
+    assert torch.equal(i1, i2) and torch.allclose(d1, d2, rtol=0, atol=0)
+    brute = torch.cdist(X, X).fill_diagonal_(math.inf).sort(1)
+    assert torch.allclose(d1, brute.values[:, :5], rtol=1e-12)
+
+
+def test_bad_input_is_named():
+    with pytest.raises(ValueError, match=r"shape \(N, D\)"):
+        E.twonn(np.zeros(10))
+    with pytest.raises(ValueError, match="NaN"):
+        E.twonn(np.full((10, 3), np.nan))
+    with pytest.raises(E.TooFewPoints, match="3 distinct"):
+        E.twonn(np.ones((50, 4)))
+    with pytest.raises(E.TooFewPoints, match="lower k"):
+        E.mle(np.random.default_rng(0).standard_normal((30, 4)), k=50)
+    with pytest.raises(TypeError, match="numpy array or a torch tensor"):
+        E.twonn([[1.0, 2.0]])
+    with pytest.raises(ValueError, match="discard_fraction"):
+        E.twonn(np.random.default_rng(0).standard_normal((30, 4)), discard_fraction=1.0)
+
+
+def test_bootstrap_interval_brackets_the_estimate():
+    X = embedded_gaussian(400, 5, 40, 8)
+    lo, hi = E.bootstrap(X, E.twonn, n=10, seed=0)
+    assert lo < hi and lo < E.twonn(X) * 1.15 and hi > E.twonn(X) * 0.85
+
+
+def test_normalized_auc_by_hand():
+    ids = [float("nan"), 1.0, 2.0, 3.0, 4.0]  # index 0 = embedding output, dropped by default
+    assert A.normalized_auc(ids, "L") == pytest.approx(7.5 / 4)  # trapezoid 1.5 + 2.5 + 3.5, paper: / L
+    assert A.normalized_auc(ids, "L_minus_1") == pytest.approx(7.5 / 3)  # official code: x rescaled to [0, 1]
+    assert A.normalized_auc([0.0, 1, 2, 3, 4], "L", include_embedding=True) == pytest.approx(8 / 5)
+    a, b = [0, 0, 5, 5, 5], [0, 9, 1, 1, 1]  # layers 0 and 1 do not count in Fig. 4's difference
+    assert A.heatmap_difference(a, b) == pytest.approx((4 + 4) / 4)
+    with pytest.raises(ValueError, match="auc norm"):
+        A.normalized_auc(ids, "mean")
