@@ -18,14 +18,6 @@ from tests.conftest import compose
 TOL = 1e-6
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models: one intra-op thread is faster, and immune to a busy machine's oversubscription."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
 
 def finetune(cfg, tok, model, train, evals, pema: bool, tmp_path):
     """What method=finetune does, returning the (merged) model."""

@@ -10,14 +10,6 @@ from pema import vocab
 from pema.partial import PartialEmbedding, PemaError, VocabMap
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models: one intra-op thread is faster, and immune to a busy machine's oversubscription."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
 
 def tiny_bert(seed=0, vocab_size=50):
     torch.manual_seed(seed)

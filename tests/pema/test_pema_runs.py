@@ -4,7 +4,6 @@ import json
 
 import numpy as np
 import pytest
-import torch
 import yaml
 from omegaconf import OmegaConf
 
@@ -49,13 +48,6 @@ def test_table2_model_rows_follow_the_uncased_bert():
         ratio = sizes(model_architecture(model_cfg(name))).ratio_pct / 100
         assert all(round(e * ratio, 1) == m for e, m in zip(emb, model)) is fits
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def test_finetune_with_pema_scores_exactly_like_without(smoke_cfg, tmp_path):
