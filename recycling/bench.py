@@ -60,8 +60,9 @@ def _setup(cfg: DictConfig, ctx: RunContext, n: int, seq_len: int):
     task = OmegaConf.merge(cfg.task, {"type": "cls", "label_names": ["a", "b"]})
     tok, model = build(cfg.model, task)
     raw = D.load_splits(cfg.task, cfg.data)
+    # every text field (a QA context, not just its question), token lists joined as words
     texts = [" ".join(map(str, r[f] if isinstance(r[f], list) else [r[f]])) for r in raw["train"]
-             for f in cfg.task.text_fields[:1]]
+             for f in cfg.task.text_fields]
     rows = packed_rows(texts, tok, seq_len, n, cfg.seed)
     k = resolve_k(cfg.method.k, len(blocks(model.encoder)))
     ctx.n_samples.update(sequences=n, seq_len=seq_len, batch_size=cfg.method.batch_size, k=k)
