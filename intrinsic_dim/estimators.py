@@ -62,14 +62,16 @@ def deduplicate(X: torch.Tensor) -> tuple[torch.Tensor, int]:
     return X[first.sort().values], len(X) - len(uniq)
 
 
-def nearest_neighbours(X: torch.Tensor, k: int, chunk_bytes: int = 1 << 28,
-                       margin: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
+def nearest_neighbours(X: torch.Tensor, k: int, chunk_bytes: int = 1 << 28, margin: int = 8,
+                       exact_bytes: int = 1 << 22) -> tuple[torch.Tensor, torch.Tensor]:
     """(distances, indices) of every row's k nearest other rows, ascending; distances exact (float64).
 
     The candidate search takes the k + `margin` nearest by squared distance from the Gram matrix of the centred
     data in float32 (row chunks of at most `chunk_bytes`; half the cost of float64); their distances are then
     recomputed in float64 directly from the coordinates and the k nearest kept, so a rounding-level near-tie in the
-    Gram matrix cannot swap a neighbour out."""
+    Gram matrix cannot swap a neighbour out. The recompute gathers candidates in blocks of `exact_bytes`, small
+    enough to stay in cache (one gather of every row's candidates at once is memory-bound and costs twice the
+    Gram product)."""
     N, D = X.shape
     if not 1 <= k < N:
         raise ValueError(f"need 1 <= k < N; got k={k}, N={N}")
@@ -79,7 +81,8 @@ def nearest_neighbours(X: torch.Tensor, k: int, chunk_bytes: int = 1 << 28,
     sq = (Xs * Xs).sum(1)
     dist = torch.empty(N, k, dtype=torch.float64, device=X.device)
     idx = torch.empty(N, k, dtype=torch.long, device=X.device)
-    rows = max(1, min(N, chunk_bytes // (8 * max(N, m * D))))
+    rows = max(1, min(N, chunk_bytes // (4 * N)))
+    block = max(1, exact_bytes // (8 * m * D))
     for s in range(0, N, rows):
         e = min(N, s + rows)
         d2 = torch.addmm(sq[None, :], Xs[s:e], Xs.T, beta=1.0, alpha=-2.0)  # (rows, N): |y|^2 - 2 x.y
@@ -87,11 +90,31 @@ def nearest_neighbours(X: torch.Tensor, k: int, chunk_bytes: int = 1 << 28,
         d2[torch.arange(e - s, device=X.device), torch.arange(s, e, device=X.device)] = math.inf  # not itself
         cand = d2.topk(m, dim=1, largest=False, sorted=False).indices  # (rows, m)
         del d2
-        exact = torch.linalg.vector_norm(Xc[cand] - Xc[s:e, None, :], dim=2)  # (rows, m)
-        exact, order = exact.sort(dim=1)
-        dist[s:e] = exact[:, :k]
-        idx[s:e] = cand.gather(1, order[:, :k])
+        for b in range(s, e, block):
+            c = cand[b - s:min(e, b + block) - s]
+            diff = Xc[c]  # (block, m, D)
+            diff.sub_(Xc[b:b + len(c), None, :])
+            exact, order = torch.linalg.vector_norm(diff, dim=2).sort(dim=1)
+            dist[b:b + len(c)] = exact[:, :k]
+            idx[b:b + len(c)] = c.gather(1, order[:, :k])
     return dist, idx
+
+
+def _neighbours(X, k: int, dedup: bool, device) -> tuple[torch.Tensor, int, int]:
+    """Distances to the k nearest neighbours, the number of points behind them and of exact duplicates. With
+    `dedup`, duplicates are dropped (first copy kept) only when the search finds a zero distance, which an exact
+    duplicate always gives: distinct data pays no `torch.unique`."""
+    X = _as_tensor(X, device)
+    if X.shape[0] <= k:
+        raise TooFewPoints(f"need more than {k} points; got {X.shape[0]}")
+    dist, _ = nearest_neighbours(X, k)
+    n_zero = int((dist[:, 0] == 0).sum())
+    if not (dedup and n_zero):
+        return dist, X.shape[0], n_zero
+    X, n_dup = deduplicate(X)
+    if X.shape[0] <= k:
+        raise TooFewPoints(f"need more than {k} distinct points; got {X.shape[0]} after dropping {n_dup} duplicates")
+    return nearest_neighbours(X, k)[0], X.shape[0], n_dup
 
 
 def twonn_from_distances(r1: torch.Tensor, r2: torch.Tensor, discard_fraction: float = 0.1) -> float:
@@ -112,19 +135,13 @@ def twonn_detail(X, discard_fraction: float = 0.1, dedup: bool = True, device=No
     """TwoNN with the number of points used and of duplicates dropped (or floored)."""
     if not 0.0 <= discard_fraction < 1.0:
         raise ValueError(f"discard_fraction must be in [0, 1); got {discard_fraction}")
-    X = _as_tensor(X, device)
-    n_dup = 0
-    if dedup:
-        X, n_dup = deduplicate(X)
-    if X.shape[0] < 3:
-        raise TooFewPoints(f"TwoNN needs at least 3 distinct points; got {X.shape[0]}")
-    dist, _ = nearest_neighbours(X, 2)
+    try:
+        dist, n, n_dup = _neighbours(X, 2, dedup, device)
+    except TooFewPoints as e:
+        raise TooFewPoints(f"TwoNN needs at least 3 distinct points: {e}") from None
     r1, r2 = dist[:, 0].clone(), dist[:, 1]
-    zero = r1 == 0
-    if not dedup:
-        n_dup = int(zero.sum())
-        r1[zero] = R1_FLOOR
-    return IDResult(twonn_from_distances(r1, r2, discard_fraction), X.shape[0], n_dup)
+    r1[r1 == 0] = R1_FLOOR  # only without dedup: the official floor
+    return IDResult(twonn_from_distances(r1, r2, discard_fraction), n, n_dup)
 
 
 def twonn(X, discard_fraction: float = 0.1, dedup: bool = True, device=None) -> float:
@@ -136,19 +153,15 @@ def mle_detail(X, k: int = 50, dedup: bool = True, device=None) -> IDResult:
     """Levina-Bickel MLE: per point 1 / mean_{j<k} log(T_k / T_j) over its k nearest neighbours, averaged."""
     if k < 2:
         raise ValueError(f"MLE needs k >= 2 neighbours; got k={k}")
-    X = _as_tensor(X, device)
-    n_dup = 0
-    if dedup:
-        X, n_dup = deduplicate(X)
-    if X.shape[0] <= k:
-        raise TooFewPoints(f"MLE with k={k} needs more than {k} distinct points; got {X.shape[0]} (lower k)")
-    T, _ = nearest_neighbours(X, k)
-    if bool((T[:, 0] == 0).any()):
-        n_zero = int((T[:, 0] == 0).sum())
-        raise ValueError(f"{n_zero} points have a duplicate (zero distance); MLE is undefined, use dedup=True")
+    try:
+        T, n, n_dup = _neighbours(X, k, dedup, device)
+    except TooFewPoints as e:
+        raise TooFewPoints(f"MLE with k={k} {e} (lower k)") from None
+    if not dedup and n_dup:
+        raise ValueError(f"{n_dup} points have a duplicate (zero distance); MLE is undefined, use dedup=True")
     logs = torch.log(T[:, -1:] / T[:, :-1])  # (N, k-1)
     per_point = 1.0 / logs.mean(1)
-    return IDResult(float(per_point.mean()), X.shape[0], n_dup)
+    return IDResult(float(per_point.mean()), n, n_dup)
 
 
 def mle(X, k: int = 50, dedup: bool = True, device=None) -> float:

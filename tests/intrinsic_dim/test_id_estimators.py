@@ -77,8 +77,10 @@ def test_without_dedup_the_official_floor_applies():
 def test_chunked_search_equals_one_block():
     X = torch.from_numpy(embedded_gaussian(500, 7, 30, 7))
     d1, i1 = E.nearest_neighbours(X, 5)
-    d2, i2 = E.nearest_neighbours(X, 5, chunk_bytes=8 * 500 * 3)  # 3 rows per chunk
-    assert torch.equal(i1, i2) and torch.allclose(d1, d2, rtol=0, atol=0)
+    d2, i2 = E.nearest_neighbours(X, 5, chunk_bytes=4 * 500 * 3)  # 3 rows per chunk
+    d3, i3 = E.nearest_neighbours(X, 5, exact_bytes=8 * 13 * 30 * 2)  # recompute 2 rows at a time
+    assert torch.equal(i1, i2) and torch.equal(i1, i3)
+    assert torch.equal(d1, d2) and torch.equal(d1, d3)
     brute = torch.cdist(X, X).fill_diagonal_(math.inf).sort(1)
     assert torch.allclose(d1, brute.values[:, :5], rtol=1e-12)
 
