@@ -1,12 +1,12 @@
 """python -m intrinsic_dim.bench [--quick]: estimator and extraction speed, measured side by side in one process.
 
 1. TwoNN over 31 layers x 2000 points x d=576 (float64; smollm2-135m's shape): ours vs scikit-dimension's
-   TwoNN(discard_fraction=0.1), interleaved, plus the N x N x D Gram product alone (the floor of both), and the
-   largest relative difference of the estimates.
+   TwoNN(discard_fraction=0.1), interleaved, plus the N x N x D Gram product alone in float64 and float32 (the
+   floors of skdim and of our candidate search), and the largest relative difference of the estimates.
 2. Extraction of smollm2-135m hidden states in fp32 (needs `make assets`): our path (backbone only, no LM head,
    length-sorted right-padded batches: what the activation store runs) vs the official recipe (the full causal LM
    with its vocabulary projection at every position, left-padded batches in data order), real (non-pad) tokens/s.
-   Also how far bf16 autocast moves the last-token states (why extraction stays fp32).
+   Also how far bf16 (autocast, and bf16 weights) moves the last-token states (why extraction stays fp32).
 3. On CUDA: one Llama-scale layer's TwoNN (N=5000, D=4096).
 Writes results/intrinsic_dim/benchmark.{json,md}."""
 from __future__ import annotations
@@ -40,6 +40,7 @@ def bench_estimator(n_layers: int, n: int, d: int, repeats: int) -> dict:
     from skdim.id import TwoNN
     Xs = layers(n_layers, n, d)
     Ts = [torch.from_numpy(x) for x in Xs]
+    T32 = [t.float() for t in Ts]
     ours = [E.twonn(x) for x in Xs]
     ref = [float(TwoNN(discard_fraction=0.1).fit(x).dimension_) for x in Xs]
     rel = max(abs(a - b) / abs(b) for a, b in zip(ours, ref))
@@ -49,7 +50,8 @@ def bench_estimator(n_layers: int, n: int, d: int, repeats: int) -> dict:
     t = interleaved({
         "skdim TwoNN": lambda: [TwoNN(discard_fraction=0.1).fit(x) for x in Xs],
         "ours twonn": lambda: [E.twonn(x) for x in Xs],
-        "Gram product X @ X.T alone": lambda: [x @ x.T for x in Ts],
+        "Gram product X @ X.T alone (float64: skdim's floor)": lambda: [x @ x.T for x in Ts],
+        "Gram product X @ X.T alone (float32: our candidate search)": lambda: [x @ x.T for x in T32],
     }, repeats=repeats, warmup=1)
     s = summarize(t, baseline="skdim TwoNN")
     return {"shape": f"{n_layers} layers x {n} points x d={d}, float64", "max_rel_diff_vs_skdim": rel,
@@ -101,18 +103,25 @@ def bench_extraction(n: int, repeats: int, batch_size: int = 32) -> dict:
     s = summarize(t, baseline="official recipe (full LM, left pad, data order)")
     for v in s.values():
         v["real_tokens_per_s"] = real / v["median_s"]
-    # bf16 autocast vs fp32 on the last token's state, per layer: relative L2 difference
+    # bf16 (autocast, and the weights themselves cast) vs fp32 on the last token's state: relative L2 difference
+    # of the worst layer, per prompt
     sub = [torch.tensor([r]) for r in ids[:32]]
-    worst = []
+    lm_bf16 = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).eval()
+    worst = {"autocast": [], "weights": []}
+
+    def rel(a, b):
+        return max(float((ha[0, -1] - hb[0, -1].float()).norm() / ha[0, -1].norm()) for ha, hb in zip(a[1:], b[1:]))
+
     with torch.inference_mode():
         for x in sub:
             a = backbone(lm)(input_ids=x, output_hidden_states=True).hidden_states
             with torch.autocast("cpu", dtype=torch.bfloat16):
                 b = backbone(lm)(input_ids=x, output_hidden_states=True).hidden_states
-            worst.append(max(float((ha[0, -1] - hb[0, -1].float()).norm() / ha[0, -1].norm())
-                             for ha, hb in zip(a[1:], b[1:])))
+            worst["autocast"].append(rel(a, b))
+            worst["weights"].append(rel(a, backbone(lm_bf16)(input_ids=x, output_hidden_states=True).hidden_states))
     return {"prompts": n, "real_tokens": real, "mean_tokens": real / n, "batch_size": batch_size, "timing": s,
-            "bf16_rel_l2_diff_max": max(worst), "bf16_rel_l2_diff_median": statistics.median(worst)}
+            **{f"bf16_{k}_rel_l2_diff_{f.__name__}": f(v) for k, v in worst.items()
+               for f in (max, statistics.median)}}
 
 
 def bench_gpu() -> dict | None:
@@ -141,9 +150,11 @@ def markdown(res: dict) -> str:
                   "| what | median s | real tokens/s | speed-up |", "|---|---|---|---|"]
         lines += [f"| {k} | {v['median_s']:.2f} | {v['real_tokens_per_s']:.0f} | {v['speedup_vs_baseline']:.2f}x |"
                   for k, v in x["timing"].items()]
-        lines += ["", f"bf16 autocast moves the last-token state by up to {100 * x['bf16_rel_l2_diff_max']:.1f}% "
-                  f"(relative L2, worst layer; median over prompts {100 * x['bf16_rel_l2_diff_median']:.1f}%): "
-                  "extraction stays fp32."]
+        lines += ["", "bf16 moves the last-token state (relative L2 of the worst layer, over 32 prompts): autocast "
+                  f"by up to {100 * x['bf16_autocast_rel_l2_diff_max']:.1f}% (median "
+                  f"{100 * x['bf16_autocast_rel_l2_diff_median']:.1f}%), bf16 weights by up to "
+                  f"{100 * x['bf16_weights_rel_l2_diff_max']:.1f}% (median "
+                  f"{100 * x['bf16_weights_rel_l2_diff_median']:.1f}%): extraction stays fp32."]
     g = res.get("gpu")
     lines += ["", "## GPU", "", f"One Llama-scale layer's TwoNN (N=5000, D=4096): {g['median_s']:.3f} s on "
               f"{g['device']}." if g else "No CUDA device in this run: the GPU timing was not measured."]

@@ -176,6 +176,9 @@ def auc_table(runs: list[dict], out: Path) -> list[str]:
             "the MLE(k=50) AUC, N, and the largest number of duplicate states dropped in a layer.", ""]
 
 
+NEAR_MAJORITY = 0.02  # accuracies this close to the majority-label rate say the model does not do the task
+
+
 def headlines(runs: list[dict]) -> list[str]:
     """The paper's two headline claims checked per (model, dataset) of the ICL-vs-SFT comparison."""
     lines = []
@@ -191,10 +194,16 @@ def headlines(runs: list[dict]) -> list[str]:
         sft_auc = _auc(sft, by["sft"])
         b = bool(big) and all(x > sft_auc and x > zero for x in big.values())
         epochs = by["sft"]["config"]["method"]["sft_epochs"]
+        accs = [sft["accuracy"], *(x["accuracy"] for x in icl.values())]
+        maj = sft.get("majority_rate")
+        near = maj is not None and max(abs(x - maj) for x in accs) <= NEAR_MAJORITY
         lines += [f"- **{art}, {model}, {task}**:",
                   f"  (a) SFT accuracy > every ICL accuracy: **{'holds' if a else 'does not hold'}** "
                   f"(SFT {epochs} epochs {100 * sft['accuracy']:.1f}% vs best ICL {_display(best_icl[0])} "
-                  f"{100 * best_icl[1]['accuracy']:.1f}%).",
+                  f"{100 * best_icl[1]['accuracy']:.1f}%)."
+                  + (f" Every paradigm is within {100 * NEAR_MAJORITY:.0f} points of always answering the majority "
+                     f"label ({100 * maj:.1f}%): the model does not do the task at this scale, so (a) is not a test "
+                     "of the claim here." if near else ""),
                   f"  (b) ICL k>=5 normalized AUC > SFT and zero-shot: **{'holds' if b else 'does not hold'}** "
                   f"({', '.join(f'{v} {x:.2f}' for v, x in big.items()) or 'no k>=5 run'}; "
                   f"SFT {sft_auc:.2f}; icl-0 {_f(zero)})."]

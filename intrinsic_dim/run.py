@@ -188,8 +188,8 @@ def measure(store, lm, tok, model_key: str, prompts: list[str], gold: list[int],
 def summary(res: dict, m: DictConfig, split: str) -> dict[str, float]:
     key = f"{m.auc_norm}{'_emb' if m.auc_include_embedding else ''}"
     out = {f"{split}/accuracy": res["accuracy"], f"{split}/auc_twonn": res["auc"]["twonn"][key]}
-    if m.mle_ks:
-        out[f"{split}/auc_mle"] = res["auc"][f"mle_k{m.mle_ks[0]}"][key]
+    for k in m.mle_ks:
+        out[f"{split}/auc_mle_k{k}"] = res["auc"][f"mle_k{k}"][key]
     return out
 
 

@@ -80,3 +80,25 @@ def test_split_recipe_matches_datasets_shuffle_and_never_overlaps(tmp_path, monk
                "method.unique_pool=300")
     pool, evals, uniq = R.split_items(cfg, unique=True)
     assert [r["sentence"] for r in uniq] == order[:300] and [r["sentence"] for r in evals] == order[300:350]
+
+
+def _record(variant: str, acc: float, auc: float, majority: float = 0.5) -> dict:
+    res = {"accuracy": acc, "majority_rate": majority, "auc": {"twonn": {"L": auc}}}
+    extra = ({"paradigm": "sft", "checkpoints": [dict(res, split="eval", epoch=2)]} if variant == "sft"
+             else {"paradigm": "icl", **res})
+    method = {"variant": variant, "sft_epochs": 2, "auc_norm": "L", "auc_include_embedding": False}
+    return {"exp_id": "intrinsic_dim/icl_vs_sft_cpu", "extra": extra,
+            "config": {"model": {"name": "m"}, "task": {"name": "t"}, "method": method}}
+
+
+@pytest.mark.parametrize("accs, aucs, verdicts, caveat", [
+    ((0.60, 0.70, 0.90), (10.0, 14.0, 11.0), ("holds", "holds"), False),  # the paper's picture
+    ((0.60, 0.95, 0.90), (10.0, 14.0, 15.0), ("does not hold", "does not hold"), False),
+    ((0.51, 0.50, 0.51), (10.0, 14.0, 11.0), ("does not hold", "holds"), True),  # nobody beats always-one-label
+])
+def test_headlines_judge_both_claims_and_flag_a_model_that_does_not_do_the_task(accs, aucs, verdicts, caveat):
+    runs = [_record(v, a, u) for v, a, u in zip(("icl-0", "icl-5", "sft"), accs, aucs)]
+    text = "\n".join(report.headlines(runs))
+    a, b = [line for line in text.splitlines() if line.strip().startswith(("(a)", "(b)"))]
+    assert f"**{verdicts[0]}**" in a and f"**{verdicts[1]}**" in b
+    assert ("not a test of the claim" in a) is caveat
