@@ -196,12 +196,13 @@ def headlines(runs: list[dict]) -> list[str]:
         epochs = by["sft"]["config"]["method"]["sft_epochs"]
         accs = [sft["accuracy"], *(x["accuracy"] for x in icl.values())]
         maj = sft.get("majority_rate")
-        near = maj is not None and max(abs(x - maj) for x in accs) <= NEAR_MAJORITY
+        gap = max(abs(x - maj) for x in accs) if maj is not None else math.inf
+        near = gap <= NEAR_MAJORITY
         lines += [f"- **{art}, {model}, {task}**:",
                   f"  (a) SFT accuracy > every ICL accuracy: **{'holds' if a else 'does not hold'}** "
                   f"(SFT {epochs} epochs {100 * sft['accuracy']:.1f}% vs best ICL {_display(best_icl[0])} "
                   f"{100 * best_icl[1]['accuracy']:.1f}%)."
-                  + (f" Every paradigm is within {100 * NEAR_MAJORITY:.0f} points of always answering the majority "
+                  + (f" Every paradigm is within {100 * gap:.1f} points of always answering the majority "
                      f"label ({100 * maj:.1f}%): the model does not do the task at this scale, so (a) is not a test "
                      "of the claim here." if near else ""),
                   f"  (b) ICL k>=5 normalized AUC > SFT and zero-shot: **{'holds' if b else 'does not hold'}** "
