@@ -255,28 +255,41 @@ def _cmap(n: int):
     return [plt.get_cmap("coolwarm")(x) for x in np.linspace(0, 1, max(n, 2))]
 
 
+def _three_panels(out: Path, name: str, title: str, xs: list[str], res: list[dict], aucs: list[float],
+                  labels: list[str], xlabel: str | None, auc_line: bool) -> str:
+    """The paper's accuracy | ID curves | AUC layout (Figs. 1 and 3): one entry of `xs` per paradigm or k."""
+    plt = _plt()
+    fig, ax = plt.subplots(1, 3, figsize=(12, 3.4))
+    ax[0].bar(xs, [r["accuracy"] for r in res], color="#4c72b0")
+    ax[0].set_ylabel("accuracy")
+    for c, r, label in zip(_cmap(len(res)), res, labels):
+        ax[1].plot(*_layers(r["curves"]["twonn"]), color=c, label=label, lw=1.3)
+    ax[1].set_xlabel("layer")
+    ax[1].set_ylabel("ID (TwoNN)")
+    ax[1].legend(fontsize=7)
+    if auc_line:
+        ax[2].plot([int(x) for x in xs], aucs, marker="o", color="#dd8452")
+    else:
+        ax[2].bar(xs, aucs, color="#dd8452")
+    ax[2].set_ylabel("normalized AUC")
+    for a in (ax[0], ax[2]):
+        if xlabel:
+            a.set_xlabel(xlabel)
+    fig.suptitle(title, fontsize=9)
+    _save(fig, out / "figures" / name)
+    return name
+
+
 def triptych(runs: list[dict], out: Path) -> list[str]:
     """Figs. 1 and 29-36: accuracy bars, ID curves and AUC bars per paradigm, one figure per (model, dataset)."""
     made = []
     for (art, model, task), by in sorted(_groups(runs, ("icl_vs_sft", "offline")).items()):
         vs = sorted(by, key=_sort_variant)
-        res = {v: result(by[v]) for v in vs}
-        plt = _plt()
-        fig, ax = plt.subplots(1, 3, figsize=(12, 3.4))
+        res = [result(by[v]) for v in vs]
         names = [_display(v) for v in vs]
-        ax[0].bar(names, [res[v]["accuracy"] for v in vs], color="#4c72b0")
-        ax[0].set_ylabel("accuracy")
-        for c, v in zip(_cmap(len(vs)), vs):
-            ax[1].plot(*_layers(res[v]["curves"]["twonn"]), color=c, label=_display(v), lw=1.3)
-        ax[1].set_xlabel("layer")
-        ax[1].set_ylabel("ID (TwoNN)")
-        ax[1].legend(fontsize=7)
-        ax[2].bar(names, [_auc(res[v], by[v]) for v in vs], color="#dd8452")
-        ax[2].set_ylabel("normalized AUC")
-        fig.suptitle(f"{model} / {task} ({art}, N={res[vs[0]]['n_prompts']})", fontsize=9)
-        name = f"fig1_{_slug(art, model, task)}.png"
-        _save(fig, out / "figures" / name)
-        made.append(name)
+        made.append(_three_panels(out, f"fig1_{_slug(art, model, task)}.png",
+                                  f"{model} / {task} ({art}, N={res[0]['n_prompts']})", names, res,
+                                  [_auc(r, by[v]) for r, v in zip(res, vs)], names, None, auc_line=False))
     return made
 
 
@@ -287,25 +300,11 @@ def vs_k(runs: list[dict], out: Path) -> list[str]:
         vs = sorted((v for v in by if ORDER.match(v)), key=_sort_variant)
         if not vs:
             continue
-        ks = [int(v.split("-")[1]) for v in vs]
-        res = {v: result(by[v]) for v in vs}
-        plt = _plt()
-        fig, ax = plt.subplots(1, 3, figsize=(12, 3.4))
-        ax[0].bar([str(k) for k in ks], [res[v]["accuracy"] for v in vs], color="#4c72b0")
-        ax[0].set_xlabel("k")
-        ax[0].set_ylabel("accuracy")
-        for c, v, k in zip(_cmap(len(vs)), vs, ks):
-            ax[1].plot(*_layers(res[v]["curves"]["twonn"]), color=c, label=f"k={k}", lw=1.3)
-        ax[1].set_xlabel("layer")
-        ax[1].set_ylabel("ID (TwoNN)")
-        ax[1].legend(fontsize=7)
-        ax[2].plot(ks, [_auc(res[v], by[v]) for v in vs], marker="o", color="#dd8452")
-        ax[2].set_xlabel("k")
-        ax[2].set_ylabel("normalized AUC")
-        fig.suptitle(f"{model} / {task} ({art})", fontsize=9)
-        name = f"fig3_{_slug(art, model, task)}.png"
-        _save(fig, out / "figures" / name)
-        made.append(name)
+        ks = [v.split("-")[1] for v in vs]
+        res = [result(by[v]) for v in vs]
+        made.append(_three_panels(out, f"fig3_{_slug(art, model, task)}.png", f"{model} / {task} ({art})", ks, res,
+                                  [_auc(r, by[v]) for r, v in zip(res, vs)], [f"k={k}" for k in ks], "k",
+                                  auc_line=True))
     return made
 
 
