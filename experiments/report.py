@@ -9,6 +9,7 @@ import argparse
 import importlib
 import importlib.util
 import math
+import re
 from pathlib import Path
 from statistics import mean, stdev
 
@@ -61,10 +62,16 @@ def fmt(x: float | None, digits: int = 2) -> str:
     return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
 
+def natural(key: tuple) -> tuple:
+    """Sort key that orders the numbers inside names by value (auc_mle_k15 before auc_mle_k100, icl-2 before icl-10)."""
+    return tuple(tuple((0, int(t)) if t.isdigit() else (1, t) for t in re.split(r"(\d+)", str(x))) for x in key)
+
+
 def table(runs: list[dict], values: list[dict], artifact: str) -> list[dict]:
     """One row per (task, model, method, metric, hardware)."""
     rows = []
-    for (task, task_for, model, model_for, method, key, hw), items in sorted(_rows(runs).items()):
+    for (task, task_for, model, model_for, method, key, hw), items in sorted(_rows(runs).items(),
+                                                                              key=lambda kv: natural(kv[0])):
         metric = key.split("/", 1)[1]
         scale = 100.0 if metric in PERCENT else 1.0
         xs = [i["value"] * scale for i in items]

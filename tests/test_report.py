@@ -33,6 +33,16 @@ def test_golden_table_with_paper_value_delta_and_stand_in_label():
     assert report.markdown(rows) == GOLDEN
 
 
+def test_rows_order_numbers_inside_names_by_value():
+    runs = [_run(0, 0.5, variant=v) for v in ("icl-10", "icl-2", "icl-1")]
+    for r, ks in zip(runs, ((100, 15), (50,), (5,))):
+        r["metrics"].update({f"eval/auc_mle_k{k}": 1.0 for k in ks})
+    rows = report.table(runs, [], "demo/x")
+    assert list(dict.fromkeys(r["method"] for r in rows)) == ["finetune-icl-1", "finetune-icl-2", "finetune-icl-10"]
+    mle = [r["metric"] for r in rows if r["method"] == "finetune-icl-10" and "mle" in r["metric"]]
+    assert mle == ["eval/auc_mle_k15", "eval/auc_mle_k100"]
+
+
 def test_paper_value_must_match_method_and_artifact():
     runs = [_run(0, 0.5, variant="reduced")]
     values = [{"task": "sst2", "metric": "accuracy", "method": "finetune-full", "value": 91.0},
