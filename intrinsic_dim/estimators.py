@@ -103,7 +103,8 @@ def nearest_neighbours(X: torch.Tensor, k: int, chunk_bytes: int = 1 << 28, marg
 def _neighbours(X, k: int, dedup: bool, device) -> tuple[torch.Tensor, int, int]:
     """Distances to the k nearest neighbours, the number of points behind them and of exact duplicates. With
     `dedup`, duplicates are dropped (first copy kept) only when the search finds a zero distance, which an exact
-    duplicate always gives: distinct data pays no `torch.unique`."""
+    duplicate gives (its copy is a float32 candidate unless more than `margin` other points tie with it to float32
+    rounding): distinct data pays no `torch.unique`."""
     X = _as_tensor(X, device)
     if X.shape[0] <= k:
         raise TooFewPoints(f"need more than {k} points; got {X.shape[0]}")
