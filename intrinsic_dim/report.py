@@ -272,9 +272,9 @@ def _three_panels(out: Path, name: str, title: str, xs: list[str], res: list[dic
     else:
         ax[2].bar(xs, aucs, color="#dd8452")
     ax[2].set_ylabel("normalized AUC")
-    for a in (ax[0], ax[2]):
-        if xlabel:
-            a.set_xlabel(xlabel)
+    if xlabel:
+        ax[0].set_xlabel(xlabel)
+        ax[2].set_xlabel(xlabel)
     fig.suptitle(title, fontsize=9)
     _save(fig, out / "figures" / name)
     return name
