@@ -17,6 +17,9 @@ import os
 from pathlib import Path
 
 MANIFEST = "MANIFEST.json"
+# "<kind>/<name>" -> sha256 of its MANIFEST.json, for every asset `require` handed out since the last reset: a run
+# record names the exact files it read (the runner resets it before each run)
+USED: dict[str, str] = {}
 
 
 class MissingAssetError(FileNotFoundError):
@@ -82,4 +85,5 @@ def require(kind: str, name: str) -> Path:
             f"Run `make assets` to fetch and convert it into {cache_dir()} "
             "(set STRATA_CACHE to use another cache directory)."
         )
+    USED[f"{kind}/{name}"] = hashlib.sha256((directory / MANIFEST).read_bytes()).hexdigest()
     return directory

@@ -26,7 +26,7 @@ def summary_table(records: list[dict]) -> str:
 class SweepSummary(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         sweep = Path(config.hydra.sweep.dir)
-        records = [r for p in sorted(sweep.glob("*/result.json")) if (r := read_json(p))]
+        records = [r for p in sorted(sweep.rglob("result.json")) if (r := read_json(p))]
         if not records:
             return
         failed = [r["run_id"] for r in records if r.get("status") != "ok"]

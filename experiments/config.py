@@ -7,8 +7,6 @@ from typing import Any, Optional
 
 from omegaconf import MISSING
 
-from pema.options import PemaConfig  # an option every fine-tuning method composes with
-
 
 @dataclass
 class ModelConfig:
@@ -126,14 +124,16 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     data: DataConfig = field(default_factory=DataConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
-    pema: PemaConfig = field(default_factory=PemaConfig)  # pema.enabled=true: partial embedding matrix (pema/)
+    # training options (pema: ...) are added by experiments.registry.root_schema from the registered OPTIONS
     seed: int = 0
     exp_id: str = "adhoc"  # experiment configs set it (e.g. finetune/default_cpu); names the sweep dir
     paper: Optional[str] = None  # results/<paper>/; default: the method's package
-    publish: bool = False  # also write results/<paper>/runs/<run_id>.json
+    publish: bool = False  # also write results/<paper>/runs/<artifact>/<hardware>/<run_id>.json (clean tree only)
+    allow_dirty: bool = False  # publish from a tree with uncommitted changes (the record says so)
     on_error: str = "raise"  # raise | record (write status=failed and let the sweep go on)
     force: bool = False  # rerun even if an identical finished result exists
     results_dir: str = "results"
+    # the readable base of a run's name; the runner appends every other override (experiments/identity.py)
     run_id: str = "${task.name}--${model.name}--${method.name}-${method.variant}--seed${seed}"
     experiment: Optional[Any] = None
     debug: Optional[Any] = None

@@ -6,12 +6,12 @@ import logging
 from omegaconf import DictConfig
 
 from experiments import data as D
+from experiments import hooks
 from experiments.context import RunContext
 from experiments.evaluate import evaluate
 from experiments.metrics import higher_is_better
 from experiments.models import build, count_parameters
 from experiments.train import fit
-from pema.hook import maybe_attach
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +44,8 @@ def fit_and_score(cfg: DictConfig, ctx: RunContext, model, raw, evals, batches, 
                  objective=objective, higher_is_better=higher_is_better(objective) is not False,
                  device=ctx.device, precision=hw.precision, on_eval=lambda s, m: ctx.log_metrics(m, s))
     ctx.extra["history"] = result.history
+    if getattr(result.best, "per_example", None):  # the examples behind the reported (best) evaluation
+        ctx.per_example["eval"] = result.best.per_example
     return {**result.best, **count_parameters(model), "train/steps": result.steps, "train/best_step": result.best_step,
             "train/epochs": result.epochs, "time/train_s": result.train_s, "time/step_ms": result.step_ms,
             "time/data_s": result.data_s}
@@ -51,9 +53,9 @@ def fit_and_score(cfg: DictConfig, ctx: RunContext, model, raw, evals, batches, 
 
 def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
     tok, model, raw, train, evals = prepare(cfg)
-    pema = maybe_attach(cfg, ctx, model, tok, {"train": train, "eval": evals})  # pema.enabled: E' in place of E
+    attached = hooks.attach(cfg, ctx, model, tok, {"train": train, "eval": evals})  # e.g. pema.enabled: E' for E
     batches, n_batches = D.train_batches(train, cfg.hardware.batch_size, tok.pad_token_id, cfg.seed,
                                          cfg.train.group_by_length)
     record_samples(cfg, ctx, raw, train, evals)
     metrics = fit_and_score(cfg, ctx, model, raw, evals, batches, n_batches, tok.pad_token_id)
-    return {**metrics, **(pema.finish(model, ctx.device) if pema else {})}  # merged back into the full matrix
+    return {**metrics, **hooks.finish(attached, model, ctx.device)}  # e.g. E' merged back into the full matrix

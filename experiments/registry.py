@@ -1,33 +1,50 @@
-"""Method name -> "module:function" (imported lazily, so one method's dependencies never slow or break another),
-and the schemas every config group is validated against. Import this before composing any config."""
+"""Method name -> its entry point, schema, paper, version and the training options it composes with, all as lazy
+"module:attr" strings (imported on use, so one method's dependencies never slow or break another, and the shared
+layer never imports a paper package). Import this before composing any config: it registers the schemas."""
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass, field, make_dataclass
 from typing import Callable
 
 from hydra.core.config_store import ConfigStore
+from omegaconf import OmegaConf
 
 from experiments.config import Config, HardwareConfig, LoggerConfig, ModelConfig, TaskConfig
+from experiments.identity import run_name
 
-# name -> (entry point, results/<paper> it publishes to); one line per method
-METHODS: dict[str, tuple[str, str]] = {
-    "finetune": ("experiments.finetune:run", "finetune"),
-    "pema_vocab": ("pema.run:run", "pema"),
-    "pema_sizes": ("pema.run:run", "pema"),
-    "pema_bench": ("pema.run:run", "pema"),
-    "intrinsic_dim": ("intrinsic_dim.run:run", "intrinsic_dim"),
-    "recycling": ("recycling.run:run", "recycling"),
-    "recycling_bench": ("recycling.bench:run", "recycling"),
+
+@dataclass(frozen=True)
+class Method:
+    run: str  # "module:function", called as run(cfg, ctx) -> metrics
+    paper: str  # results/<paper> it publishes to
+    schema: str  # "module:Class" of its config dataclass (each <paper>/config.py imports no torch: cheap)
+    version: int = 1  # bump when the method's semantics change (recorded in every run record)
+    options: tuple[str, ...] = ()  # training options (OPTIONS) it applies; any other enabled option is refused
+
+
+@dataclass(frozen=True)
+class Option:
+    schema: str  # "module:Class": the config node `<option>:` at the root
+    hook: str  # "module:function": experiments.hooks.Hook
+
+
+# one line per method
+METHODS: dict[str, Method] = {
+    "finetune": Method("experiments.finetune:run", "finetune", "experiments.config:FinetuneConfig", options=("pema",)),
+    "pema_vocab": Method("pema.run:run", "pema", "pema.config:PemaVocabConfig"),
+    "pema_sizes": Method("pema.run:run", "pema", "pema.config:PemaSizesConfig"),
+    "pema_bench": Method("pema.run:run", "pema", "pema.config:PemaBenchConfig"),
+    "intrinsic_dim": Method("intrinsic_dim.run:run", "intrinsic_dim", "intrinsic_dim.config:IntrinsicDimConfig"),
+    "intrinsic_dim_bench": Method("intrinsic_dim.bench:run", "intrinsic_dim",
+                                  "intrinsic_dim.config:IntrinsicDimBenchConfig"),
+    "store_bench": Method("experiments.bench_store:run", "store", "experiments.bench_config:StoreBenchConfig"),
+    "recycling": Method("recycling.run:run", "recycling", "recycling.config:RecyclingConfig"),
+    "recycling_bench": Method("recycling.bench:run", "recycling", "recycling.config:RecyclingBenchConfig"),
 }
-# name -> its config dataclass ("module:Class"; each <paper>/config.py imports no torch, so this stays cheap)
-SCHEMAS: dict[str, str] = {
-    "finetune": "experiments.config:FinetuneConfig",
-    "pema_vocab": "pema.config:PemaVocabConfig",
-    "pema_sizes": "pema.config:PemaSizesConfig",
-    "pema_bench": "pema.config:PemaBenchConfig",
-    "intrinsic_dim": "intrinsic_dim.config:IntrinsicDimConfig",
-    "recycling": "recycling.config:RecyclingConfig",
-    "recycling_bench": "recycling.config:RecyclingBenchConfig",
+# training options a paper package registers (experiments.hooks)
+OPTIONS: dict[str, Option] = {
+    "pema": Option("pema.options:PemaConfig", "pema.hook:hook"),
 }
 
 
@@ -35,9 +52,10 @@ class UnknownMethodError(KeyError):
     pass
 
 
-def _check(name: str) -> None:
+def _check(name: str) -> Method:
     if name not in METHODS:
         raise UnknownMethodError(f"unknown method {name!r}; valid methods: {', '.join(sorted(METHODS))}")
+    return METHODS[name]
 
 
 def _load(ref: str):
@@ -46,24 +64,39 @@ def _load(ref: str):
 
 
 def resolve(name: str) -> Callable:
-    _check(name)
-    return _load(METHODS[name][0])
+    return _load(_check(name).run)
 
 
 def paper_of(name: str) -> str:
-    _check(name)
-    return METHODS[name][1]
+    return _check(name).paper
+
+
+def version_of(name: str) -> int:
+    return _check(name).version
+
+
+def option_hook(name: str) -> Callable:
+    return _load(OPTIONS[name].hook)
+
+
+def root_schema() -> type:
+    """Config plus one node per registered option (`pema: PemaConfig`), built here so that experiments/config.py
+    imports no paper package."""
+    fields = [(name, _load(o.schema), field(default_factory=_load(o.schema))) for name, o in OPTIONS.items()]
+    return make_dataclass("Config", fields, bases=(Config,))
 
 
 def register_configs() -> None:
     cs = ConfigStore.instance()
-    cs.store(name="config_schema", node=Config)
+    cs.store(name="config_schema", node=root_schema())
     cs.store(group="model", name="schema", node=ModelConfig)
     cs.store(group="task", name="schema", node=TaskConfig)
     cs.store(group="hardware", name="schema", node=HardwareConfig)
     cs.store(group="logger", name="schema", node=LoggerConfig)
-    for name, ref in SCHEMAS.items():
-        cs.store(group="method", name=f"{name}_schema", node=_load(ref))
+    for name, m in METHODS.items():
+        cs.store(group="method", name=f"{name}_schema", node=_load(m.schema))
+    # hydra's run/sweep dirs name a job as the runner does (experiments/identity.py)
+    OmegaConf.register_new_resolver("run_name", lambda base, overrides: run_name(base, overrides), replace=True)
 
 
 register_configs()

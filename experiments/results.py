@@ -13,15 +13,32 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 log = logging.getLogger(__name__)
-SCHEMA_VERSION = 1
+# 2: provenance (overrides, asset manifests, tokenizer fingerprint, method version, clean-tree flag); 1: legacy
+SCHEMA_VERSION = 2
 # keys that change where or how a run is recorded, not what it computes
-NOT_HASHED = ("publish", "force", "on_error", "logger", "exp_id", "results_dir", "paper", "experiment", "debug")
+NOT_HASHED = ("publish", "force", "on_error", "logger", "exp_id", "results_dir", "paper", "experiment", "debug",
+              "allow_dirty", "run_id")
+NOT_HASHED_NESTED = (("store", "dir"),)  # the same content wherever the store lives
 REPO = Path(__file__).resolve().parent.parent
 
 
 def config_hash(config: dict) -> str:
     semantic = {k: v for k, v in config.items() if k not in NOT_HASHED}
+    for group, key in NOT_HASHED_NESTED:
+        if isinstance(semantic.get(group), dict):
+            semantic[group] = {k: v for k, v in semantic[group].items() if k != key}
     return hashlib.sha256(json.dumps(semantic, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def legacy_reason(record: dict) -> str | None:
+    """Why a record cannot be traced to clean code (None when it can): written before provenance was recorded, or
+    from a tree with uncommitted changes."""
+    if record.get("schema_version", 1) < 2:
+        return "legacy: written before provenance was recorded (schema 1), from a dirty tree"
+    prov = record.get("provenance", {})
+    if prov.get("git_dirty"):
+        return "dirty tree (allow_dirty=true)" if prov.get("allow_dirty") else "dirty tree"
+    return None
 
 
 def write_json(path: Path, obj: dict) -> None:
@@ -61,7 +78,13 @@ def _git(*args: str) -> str | None:
         return None
 
 
-def provenance(device: str) -> dict:
+def git_dirty() -> bool:
+    """Uncommitted changes to tracked code or config; results/ is left out (a sweep publishing its records must not
+    make its own later jobs dirty)."""
+    return bool(_git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results"))
+
+
+def provenance(device: str, dirty: bool) -> dict:
     def ver(pkg: str) -> str | None:
         try:
             return version(pkg)
@@ -69,7 +92,7 @@ def provenance(device: str) -> dict:
             return None
     return {
         "git_sha": _git("rev-parse", "HEAD"),
-        "git_dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
+        "git_dirty": dirty,
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "python": platform.python_version(),
         **{pkg: ver(pkg) for pkg in ("torch", "transformers", "datasets", "peft", "hydra-core")},
@@ -79,8 +102,9 @@ def provenance(device: str) -> dict:
 
 
 def load_runs(results_dir: Path, paper: str) -> list[dict]:
+    """Every record under results/<paper>/runs/ (runs/<artifact>/<hardware>/<run_id>.json)."""
     runs = []
-    for p in sorted((Path(results_dir) / paper / "runs").glob("*.json")):
+    for p in sorted((Path(results_dir) / paper / "runs").rglob("*.json")):
         r = read_json(p)
         if r is not None:
             runs.append(r)

@@ -3,8 +3,9 @@
     python -m experiments.run method=<m> task=<t> model=<mdl> hardware=<cpu|gpu> [experiment=<paper>/<artifact>] [-m]
 
 Composes the config, skips a run whose identical finished result exists (same config hash), seeds, dispatches to the
-method through the lazy registry and writes one result.json (and results/<paper>/runs/<run_id>.json when
-publish=true). A failure is recorded as status=failed; with on_error=record the sweep goes on.
+method through the lazy registry and writes one result.json (and, with publish=true on a clean tree,
+results/<paper>/runs/<artifact>/<hardware>/<run_id>.json; experiments/identity.py). A failure is recorded as
+status=failed; with on_error=record the sweep goes on.
 """
 from __future__ import annotations
 
@@ -22,10 +23,11 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from experiments import registry
+from experiments import assets, hooks, registry
 from experiments.assets import cache_dir
 from experiments.context import RunContext
-from experiments.results import SCHEMA_VERSION, config_hash, finished, provenance, write_json
+from experiments.identity import published_path, run_name
+from experiments.results import SCHEMA_VERSION, config_hash, finished, git_dirty, provenance, write_json
 from experiments.timing import device_name
 
 log = logging.getLogger("strata")
@@ -55,19 +57,40 @@ def pick_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def execute(cfg: DictConfig, output_dir: Path) -> dict:
-    """Run (or skip) one composed config; returns its run record."""
+class ConfigError(ValueError):
+    """A config that cannot run as asked; raised before any work, naming the key, the value and the fix."""
+
+
+def check(cfg: DictConfig, dirty: bool) -> None:
+    """Refusals that need more than the schema's types."""
+    method = registry.METHODS[cfg.method.name] if cfg.method.name in registry.METHODS else None
+    for option in hooks.enabled(cfg):
+        if method is not None and option not in method.options:
+            takers = sorted(n for n, m in registry.METHODS.items() if option in m.options)
+            raise ConfigError(f"{option}.enabled=true but method={cfg.method.name} does not apply the {option} option "
+                              f"(methods that do: {', '.join(takers) or 'none'}); drop {option}.enabled or change method")
+    if cfg.publish and not cfg.allow_dirty and dirty:
+        raise ConfigError("publish=true from a tree with uncommitted changes: a published record must point at the "
+                          "code that made it. Commit first, or pass allow_dirty=true (the record then says so).")
+
+
+def execute(cfg: DictConfig, output_dir: Path, overrides: list[str] | tuple[str, ...] = ()) -> dict:
+    """Run (or skip) one composed config; returns its run record. `overrides`: the job's command-line and sweep
+    overrides (they name the run and are recorded)."""
     output_dir = Path(output_dir)
+    dirty = git_dirty()
+    check(cfg, dirty)
     config = OmegaConf.to_container(cfg, resolve=True)
     chash = config_hash(config)
     paper = cfg.paper or registry.paper_of(cfg.method.name)
+    run_id = run_name(cfg.run_id, overrides)
     result_path = output_dir / "result.json"
-    published = Path(cfg.results_dir) / paper / "runs" / f"{cfg.run_id}.json"
+    published = published_path(cfg.results_dir, paper, cfg.exp_id, cfg.hardware.name, run_id)
     # only this machine's own record counts as done: the committed results/ are someone else's run, and a fresh
     # clone's `make reproduce` must recompute them rather than re-render them
     done = None if cfg.force else finished(result_path, chash)
     if done:
-        log.info("skip %s: finished with the same config (hash %s); force=true reruns it", cfg.run_id, chash)
+        log.info("skip %s: finished with the same config (hash %s); force=true reruns it", run_id, chash)
         if cfg.publish:
             write_json(published, done)
         return done
@@ -81,11 +104,13 @@ def execute(cfg: DictConfig, output_dir: Path) -> dict:
                      store_dtype=cfg.store.dtype)
     if cfg.logger.wandb:
         import wandb
-        ctx.wandb_run = wandb.init(project=cfg.logger.project, mode=cfg.logger.mode, name=cfg.run_id,
+        ctx.wandb_run = wandb.init(project=cfg.logger.project, mode=cfg.logger.mode, name=run_id,
                                    dir=str(output_dir), config=config, reinit=True)
-    record = {"schema_version": SCHEMA_VERSION, "run_id": cfg.run_id, "paper": paper, "exp_id": cfg.exp_id,
-              "status": "running", "metrics": {}, "config": config, "config_hash": chash}
-    log.info("run %s (hash %s) on %s", cfg.run_id, chash, ctx.device_name)
+    record = {"schema_version": SCHEMA_VERSION, "run_id": run_id, "paper": paper, "exp_id": cfg.exp_id,
+              "status": "running", "metrics": {}, "config": config, "config_hash": chash,
+              "overrides": list(overrides), "method_version": registry.version_of(cfg.method.name)}
+    assets.USED.clear()  # what this run requires from the asset cache is recorded below
+    log.info("run %s (hash %s) on %s", run_id, chash, ctx.device_name)
     start = time.perf_counter()
     error = None
     try:
@@ -94,7 +119,7 @@ def execute(cfg: DictConfig, output_dir: Path) -> dict:
     except Exception as e:  # recorded, then re-raised or swallowed per on_error
         error = e
         record.update(status="failed", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc())
-        log.error("run %s failed: %s: %s", cfg.run_id, type(e).__name__, e)
+        log.error("run %s failed: %s: %s", run_id, type(e).__name__, e)
     finally:
         if ctx.wandb_run is not None:
             ctx.wandb_run.finish()
@@ -102,7 +127,10 @@ def execute(cfg: DictConfig, output_dir: Path) -> dict:
     record["higher_is_better"] = {k: higher_is_better(k) for k in record["metrics"]}
     record["n_samples"] = ctx.n_samples
     record["extra"] = ctx.extra
-    record["provenance"] = {**provenance(ctx.device_name), "hardware": cfg.hardware.name,
+    record["provenance"] = {**provenance(ctx.device_name, dirty), "allow_dirty": bool(cfg.allow_dirty),
+                            "hardware": cfg.hardware.name, "threads": torch.get_num_threads(),
+                            "assets": dict(sorted(assets.USED.items())),
+                            "tokenizer": getattr(ctx, "tokenizer_fingerprint", None),
                             "wall_s": round(time.perf_counter() - start, 3)}
     write_json(result_path, record)
     if cfg.publish and record["status"] == "ok":
@@ -115,7 +143,8 @@ def execute(cfg: DictConfig, output_dir: Path) -> dict:
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> float | None:
     from hydra.core.hydra_config import HydraConfig
-    record = execute(cfg, Path(HydraConfig.get().runtime.output_dir))
+    hc = HydraConfig.get()
+    record = execute(cfg, Path(hc.runtime.output_dir), list(hc.overrides.task))
     return record["metrics"].get(cfg.task.objective)  # what a sweeper optimises
 
 

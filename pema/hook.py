@@ -1,6 +1,6 @@
 """`pema.enabled=true` as an option of any fine-tuning method: attach after the model and its features exist (before
-the optimizer is built), finish after training. `experiments/finetune.py` calls it; recycling and layer fusion can
-call it the same way.
+the optimizer is built), finish after training. Registered as the training option `pema` (experiments.registry.OPTIONS):
+every method that lists it (method=finetune) attaches it through experiments.hooks.
 
     pema = attach(cfg.pema, model, tok, {"train": train, "eval": evals}, ctx.output_dir)   # E' in place of E
     ... fit(model, ...) ...
@@ -97,10 +97,9 @@ def attach(pema_cfg, model: nn.Module, tok, features: dict, output_dir: str | Pa
     return Attached(partial, usage, n_full, prepare_s, check)
 
 
-def maybe_attach(cfg, ctx, model: nn.Module, tok, features: dict) -> Attached | None:
-    """The fine-tuning methods' hook: `attach` when cfg.pema.enabled (full matrix offloaded to the run's output dir),
-    else None."""
-    pema_cfg = cfg.get("pema")
-    if pema_cfg is None or not pema_cfg.enabled:
+def hook(cfg, ctx, model: nn.Module, tok, features: dict) -> Attached | None:
+    """`pema.enabled=true` as a training option (registered in experiments.registry.OPTIONS, called through
+    experiments.hooks): `attach` with the full matrix offloaded to the run's output dir."""
+    if not cfg.pema.enabled:
         return None
-    return attach(pema_cfg, model, tok, features, ctx.output_dir)
+    return attach(cfg.pema, model, tok, features, ctx.output_dir)

@@ -54,8 +54,11 @@ def pytest_sessionstart(session):
 
 
 @pytest.fixture
-def smoke_cfg(tmp_path):
-    """Compose a debug=smoke config whose outputs all land in tmp_path."""
+def smoke_cfg(tmp_path, monkeypatch):
+    """Compose a debug=smoke config whose outputs all land in tmp_path. The working tree counts as clean, so
+    publish=true works while a developer has uncommitted changes (tests/test_runner.py tests the refusal)."""
+    monkeypatch.setattr("experiments.run.git_dirty", lambda: False)
+
     def make(*overrides: str):
         return compose("debug=smoke", f"results_dir={tmp_path / 'results'}", *overrides)
     return make

@@ -32,11 +32,11 @@ def test_every_experiment_composes(exp):
 
 
 def test_registry_has_schema_yaml_and_package_for_every_method():
-    for name, (entry, paper) in registry.METHODS.items():
-        assert name in registry.SCHEMAS
+    for name, m in registry.METHODS.items():
         assert (CONF / "method" / f"{name}.yaml").exists()
-        assert (CONF / "experiment" / paper).is_dir()
-        assert callable(registry.resolve(name))
+        assert (CONF / "experiment" / m.paper).is_dir()
+        assert callable(registry.resolve(name)) and m.version >= 1
+        assert set(m.options) <= set(registry.OPTIONS)
 
 
 @pytest.mark.parametrize("pkg", PAPER_PACKAGES)

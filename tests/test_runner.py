@@ -23,7 +23,7 @@ def test_smoke_run_writes_a_complete_record(task, smoke_cfg, tmp_path):
     assert rec["status"] == "ok"
     on_disk = json.loads((tmp_path / "run" / "result.json").read_text())
     assert on_disk == json.loads(json.dumps(rec, default=str))
-    published = tmp_path / "results" / "finetune" / "runs" / f"{task}--tiny-bert--finetune-full--seed0.json"
+    published = tmp_path / "results" / "finetune" / "runs" / "smoke" / "cpu" / f"{task}--tiny-bert--finetune-full--seed0.json"
     assert json.loads(published.read_text())["config_hash"] == rec["config_hash"]
     m = rec["metrics"]
     assert 0.0 <= m[TASK_METRICS[task]] <= (100.0 if task == "squad-dev" else 1.0)
@@ -53,7 +53,7 @@ def test_committed_results_are_recomputed_not_reused(smoke_cfg, tmp_path, monkey
     monkeypatch.setattr(registry, "resolve", lambda name: lambda cfg, ctx: calls.append(1) or {"eval/accuracy": 1.0})
     rec = execute(smoke_cfg("publish=true"), tmp_path / "fresh-clone-outputs")
     assert calls == [1] and rec["metrics"] == {"eval/accuracy": 1.0}
-    published = tmp_path / "results" / "finetune" / "runs" / f"{rec['run_id']}.json"
+    published = tmp_path / "results" / "finetune" / "runs" / "smoke" / "cpu" / f"{rec['run_id']}.json"
     assert json.loads(published.read_text())["metrics"] == {"eval/accuracy": 1.0}  # the new run replaces it
 
 
@@ -99,7 +99,7 @@ def _runner(*overrides, out):
 @pytest.mark.slow
 def test_killed_run_leaves_no_result_and_rerun_completes(tmp_path):
     out = tmp_path / "run"
-    args = ("train.max_steps=400", "train.eval_every=1", "train.patience=0", "publish=true")
+    args = ("train.max_steps=400", "train.eval_every=1", "train.patience=0", "publish=true", "allow_dirty=true")
     proc = _runner(*args, out=out)
     deadline = time.time() + 120
     for line in proc.stdout:  # kill it once training is under way
@@ -123,8 +123,45 @@ def test_multirun_sweep_in_a_subprocess(tmp_path):
                            f"hydra.sweep.dir={sweep}", f"results_dir={tmp_path / 'results'}", "on_error=record"],
                           cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    records = [json.loads(p.read_text()) for p in sweep.glob("*/result.json")]
+    records = [json.loads(p.read_text()) for p in sweep.glob("cpu/*/result.json")]
     assert len(records) == 8 and all(r["status"] == "ok" for r in records)
     assert {r["run_id"] for r in records} == {f"{t}--tiny-bert--finetune-full--seed{s}" for t in TASK_METRICS
                                               for s in (0, 1)}
     assert "8 runs, 0 failed" in proc.stderr + proc.stdout
+
+
+def test_sweep_keys_outside_the_base_name_get_their_own_record(smoke_cfg, tmp_path):
+    """Two configs never share a record: a sweep over train.lr publishes two files, named by the override."""
+    recs = [execute(smoke_cfg("publish=true", f"train.lr={lr}"), tmp_path / f"run{lr}", [f"train.lr={lr}", "seed=0"])
+            for lr in ("0.001", "0.002")]
+    assert [r["run_id"] for r in recs] == [f"rt-polarity--tiny-bert--finetune-full--seed0--train.lr={lr}"
+                                           for lr in ("0.001", "0.002")]
+    published = sorted((tmp_path / "results" / "finetune" / "runs" / "smoke" / "cpu").glob("*.json"))
+    assert [json.loads(p.read_text())["config"]["train"]["lr"] for p in published] == [0.001, 0.002]
+    assert recs[0]["overrides"] == ["train.lr=0.001", "seed=0"]
+
+
+def test_record_carries_provenance(smoke_cfg, tmp_path):
+    rec = execute(smoke_cfg(), tmp_path / "run")
+    assert rec["schema_version"] == 2 and rec["method_version"] == registry.version_of("finetune")
+    prov = rec["provenance"]
+    assert prov["git_dirty"] is False and prov["allow_dirty"] is False and prov["threads"] >= 1
+    assert isinstance(prov["assets"], dict) and prov["tokenizer"]
+
+
+def test_publish_from_a_dirty_tree_is_refused_before_any_work(smoke_cfg, tmp_path, monkeypatch):
+    cfg = smoke_cfg("publish=true")
+    monkeypatch.setattr("experiments.run.git_dirty", lambda: True)
+    monkeypatch.setattr(registry, "resolve", lambda name: pytest.fail("no work may start"))
+    with pytest.raises(ValueError, match="allow_dirty=true"):
+        execute(cfg, tmp_path / "run")
+    assert not (tmp_path / "results").exists()
+    monkeypatch.setattr(registry, "resolve", lambda name: lambda cfg, ctx: {"eval/accuracy": 0.5})
+    rec = execute(smoke_cfg("publish=true", "allow_dirty=true"), tmp_path / "run2")
+    assert rec["provenance"]["git_dirty"] is True and rec["provenance"]["allow_dirty"] is True
+
+
+def test_an_option_the_method_does_not_apply_is_refused(smoke_cfg, tmp_path):
+    cfg = smoke_cfg("method=recycling", "pema.enabled=true")
+    with pytest.raises(ValueError, match="pema.enabled=true but method=recycling .*methods that do: finetune"):
+        execute(cfg, tmp_path / "run")

@@ -1,0 +1,79 @@
+"""Run identity (experiments/identity.py): every experiment grid composed, every published path unique."""
+import itertools
+
+import pytest
+from hydra import compose as hydra_compose
+from hydra import initialize_config_dir
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import OmegaConf
+
+from experiments import registry
+from experiments.identity import artifact, override_key, published_path, run_name
+from tests.conftest import CONF
+
+EXPERIMENTS = sorted(str(p.relative_to(CONF / "experiment").with_suffix("")) for p in (CONF / "experiment").rglob("*.yaml"))
+GROUPS = ("model", "task", "method", "hardware")
+
+
+def test_run_name_adds_every_override_outside_the_base():
+    base = "rt-polarity--minilm-l6--recycling-reduced--seed0"
+    assert run_name(base, ["seed=0", "task=rt-polarity", "method.k=2", "experiment=recycling/depth_cpu"]) == \
+        f"{base}--method.k=2"
+    assert run_name(base, ["train.lr=3e-4", "+data.limit_train=5", "hardware=gpu", "publish=true"]) == \
+        f"{base}--data.limit_train=5--train.lr=3e-4"  # sorted; + dropped; path and bookkeeping keys left out
+    assert run_name(base, ["data.source=/tmp/x y"]) == f"{base}--data.source=_tmp_x_y"  # file-name safe
+    assert override_key("budget@_global_=cpu_x") == "budget" and override_key("~data.limit_train") == "data.limit_train"
+
+
+def test_artifact_strips_the_paper_prefix():
+    assert artifact("recycling/table1_cpu", "recycling") == "table1_cpu"
+    assert artifact("adhoc", "finetune") == "adhoc" and artifact("x/y", "finetune") == "x__y"
+
+
+def compose_experiment(exp: str, *overrides: str):
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+            return hydra_compose(config_name="config", overrides=[f"experiment={exp}", *overrides],
+                                 return_hydra_config=True)
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def grid_jobs(cfg) -> list[list[str]]:
+    """The jobs of a -m sweep over the experiment's hydra.sweeper.params, as Hydra's basic sweeper expands them."""
+    params = cfg.hydra.sweeper.params or {}
+    parsed = OverridesParser.create().parse_overrides([f"{k}={v}" for k, v in params.items()])
+    return list(itertools.chain.from_iterable(BasicSweeper.split_arguments(parsed, None))) or [[]]
+
+
+def test_every_experiment_grid_publishes_unique_paths():
+    """Each experiment is composed; each job of its grid is applied to it. A group choice sets <group>.name (equal to
+    its file name: tested below) and a method choice is composed, as its defaults (variant) differ."""
+    seen, n_jobs = {}, 0
+    for exp in EXPERIMENTS:
+        base = compose_experiment(exp)
+        methods = {}
+        for job in grid_jobs(base):
+            choice = dict(o.split("=", 1) for o in job)
+            if "method" in choice and choice["method"] not in methods:
+                methods[choice["method"]] = compose_experiment(exp, f"method={choice['method']}")
+            cfg = methods.get(choice.get("method"), base)
+            for k, v in choice.items():
+                OmegaConf.update(cfg, f"{k}.name" if k in GROUPS else k, v, force_add=True)
+            paper = cfg.paper or registry.paper_of(cfg.method.name)
+            path = published_path("results", paper, cfg.exp_id, cfg.hardware.name, run_name(cfg.run_id, job))
+            assert path not in seen, f"{exp} job {job} publishes {path}, as does {seen[path]}"
+            seen[path] = (exp, job)
+            n_jobs += 1
+    print(f"\n{len(EXPERIMENTS)} experiment grids, {n_jobs} jobs, {len(seen)} published paths, 0 collisions")
+    assert n_jobs == len(seen) > 1000
+
+
+@pytest.mark.parametrize("group", ["model", "task"])
+def test_group_option_names_match_their_files(group):
+    """The run name uses model.name / task.name: a file whose name field differs would name runs after another."""
+    for p in (CONF / group).glob("*.yaml"):
+        assert OmegaConf.load(p).get("name") == p.stem, p
