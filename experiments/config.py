@@ -1,11 +1,13 @@
 """Typed schemas for every config group. Hydra validates each YAML and each command-line override against them,
-so `train.lrr=1` fails naming `lrr` and `train.lr=abc` fails naming `lr` and the type."""
+so `train.lrr=1` fails naming `lrr` and `train.lr=abc` fails naming `lr` and the type; `validate` adds what types
+cannot say (ranges, keys added with `+`)."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from omegaconf import MISSING
+from omegaconf import MISSING, DictConfig, OmegaConf
 
 
 @dataclass
@@ -56,7 +58,7 @@ class HardwareConfig:
     name: str = MISSING
     device: str = "cpu"  # cpu | cuda | auto
     precision: str = "fp32"  # fp32 | bf16 | fp16 (autocast)
-    threads: int = 2  # torch intra-op threads
+    threads: Optional[int] = None  # torch intra-op threads; null: $OMP_NUM_THREADS if set, else the cores this process may use
     batch_size: int = 16
     eval_batch_size: int = 64
     num_workers: int = 0
@@ -137,3 +139,70 @@ class Config:
     run_id: str = "${task.name}--${model.name}--${method.name}-${method.variant}--seed${seed}"
     experiment: Optional[Any] = None
     debug: Optional[Any] = None
+
+
+class ConfigError(ValueError):
+    """A config that cannot run as asked: names the key, the value and the fix; raised before any work."""
+
+
+def _at_least(lo, optional=False):
+    def ok(v):
+        return (optional and v is None) or (isinstance(v, (int, float)) and not isinstance(v, bool) and v >= lo)
+    return ok, f"{'null or ' if optional else ''}a number ≥ {lo}"
+
+
+def _one_of(*values):
+    return (lambda v: v in values), "one of " + ", ".join(map(str, values))
+
+
+# key -> (predicate, the valid range in words); checked on every composed config by `validate`
+RANGES = {
+    "seed": _at_least(0),
+    "data.limit_train": _at_least(1, optional=True),
+    "data.limit_eval": _at_least(1, optional=True),
+    "data.max_length": _at_least(1, optional=True),
+    "task.max_length": _at_least(1),
+    "hardware.batch_size": _at_least(1),
+    "hardware.eval_batch_size": _at_least(1),
+    "hardware.threads": _at_least(1, optional=True),
+    "hardware.num_workers": _at_least(0),
+    "hardware.precision": _one_of("fp32", "bf16", "fp16"),
+    "train.grad_accum": _at_least(1),
+    "train.lr": _at_least(0),
+    "train.warmup_ratio": ((lambda v: 0 <= v <= 1), "a number in [0, 1]"),
+    "train.patience": _at_least(0),
+    "train.eval_every": _at_least(0),
+    "store.dtype": _one_of("fp16", "fp32"),
+    "on_error": _one_of("raise", "record"),
+}
+
+
+def unknown_keys(node, path: str = "") -> list[str]:
+    """Keys of a typed node that its dataclass does not declare (Hydra lets `+key=value` add them even to a
+    structured config, where they would be hashed and ignored)."""
+    schema = OmegaConf.get_type(node)
+    if not dataclasses.is_dataclass(schema):
+        return []
+    declared = {f.name: f for f in dataclasses.fields(schema)}
+    out = [f"{path}{k}" for k in node.keys() if k not in declared]
+    for name in declared:
+        child = node._get_node(name) if name in node else None
+        if isinstance(child, DictConfig) and not child._is_missing() and not child._is_none():
+            out += unknown_keys(child, f"{path}{name}.")
+    return out
+
+
+def validate(cfg) -> None:
+    """Every check the schema's types cannot make, before any work: unknown keys (with or without `+`) and values
+    out of range, each error naming the key, the value and what is valid."""
+    unknown = unknown_keys(cfg)
+    if unknown:
+        raise ConfigError(f"unknown config key(s) {', '.join(unknown)}: no schema declares them, so they would be "
+                          "recorded and ignored. Check the spelling (`--cfg job` prints the config).")
+    for key, (ok, valid) in RANGES.items():
+        value = OmegaConf.select(cfg, key, default=None)
+        if not ok(value):
+            raise ConfigError(f"{key}={value} is not valid: use {valid}")
+    train = cfg.train
+    if train.max_steps <= 0 and not train.epochs > 0:
+        raise ConfigError(f"train.epochs={train.epochs} trains nothing: use epochs > 0 or train.max_steps > 0")

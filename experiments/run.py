@@ -17,6 +17,10 @@ import traceback
 from pathlib import Path
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # before tokenizers is imported: no fork warnings
+# offline unless the user says otherwise (HF_HUB_OFFLINE=0 HF_DATASETS_OFFLINE=0): no hub at run time, and no 30-50 s of
+# connection retries before a hub name fails; set before transformers/datasets read them
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 import hydra
 import numpy as np
@@ -27,6 +31,7 @@ from experiments import assets, hooks, registry
 from experiments.assets import cache_dir
 from experiments.context import RunContext
 from experiments.identity import published_path, run_name
+from experiments.config import ConfigError, validate
 from experiments.results import SCHEMA_VERSION, config_hash, finished, git_dirty, provenance, write_json
 from experiments.timing import device_name
 
@@ -53,17 +58,16 @@ def pick_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name.startswith("cuda") and not torch.cuda.is_available():
-        raise RuntimeError(f"hardware.device={name} but CUDA is not available; use hardware=cpu")
+        raise ConfigError(f"hardware.device={name} but CUDA is not available here: use hardware=cpu (or "
+                          "hardware.device=auto, which takes CUDA only when present)")
     return torch.device(name)
 
 
-class ConfigError(ValueError):
-    """A config that cannot run as asked; raised before any work, naming the key, the value and the fix."""
-
-
 def check(cfg: DictConfig, dirty: bool) -> None:
-    """Refusals that need more than the schema's types."""
-    method = registry.METHODS[cfg.method.name] if cfg.method.name in registry.METHODS else None
+    """Refusals before any work: the schema's ranges and unknown keys, options the method does not apply, and a
+    publish that would not point at committed code."""
+    validate(cfg)
+    method = registry.METHODS.get(cfg.method.name)
     for option in hooks.enabled(cfg):
         if method is not None and option not in method.options:
             takers = sorted(n for n, m in registry.METHODS.items() if option in m.options)
@@ -74,12 +78,30 @@ def check(cfg: DictConfig, dirty: bool) -> None:
                           "code that made it. Commit first, or pass allow_dirty=true (the record then says so).")
 
 
+def num_threads(requested: int | None) -> int:
+    """hardware.threads if set, else $OMP_NUM_THREADS, else the cores this process may use: on a shared 2-core box a
+    2-thread pool beside another process runs several times slower than 1 thread."""
+    if requested:
+        return int(requested)
+    env = os.environ.get("OMP_NUM_THREADS", "")
+    return int(env) if env.isdigit() and int(env) > 0 else len(os.sched_getaffinity(0))
+
+
+def offline_hint(cfg: DictConfig, e: Exception) -> str:
+    """Runs are offline unless the user says otherwise; a hub model or task that is not in the local HF cache fails
+    with the switch named."""
+    hub = [f"{g}={cfg[g].name}" for g in ("model", "task") if cfg[g].get("source") == "hub"]
+    offline = os.environ.get("HF_HUB_OFFLINE") == "1" or os.environ.get("HF_DATASETS_OFFLINE") == "1"
+    if hub and offline and isinstance(e, (OSError, ConnectionError, ValueError)):
+        return (f" ({', '.join(hub)} load from the Hugging Face hub, and runs are offline by default: set "
+                "HF_HUB_OFFLINE=0 HF_DATASETS_OFFLINE=0 to allow downloads)")
+    return ""
+
+
 def execute(cfg: DictConfig, output_dir: Path, overrides: list[str] | tuple[str, ...] = ()) -> dict:
     """Run (or skip) one composed config; returns its run record. `overrides`: the job's command-line and sweep
-    overrides (they name the run and are recorded)."""
+    overrides (they name the run and are recorded). Every failure, a refused config included, is recorded."""
     output_dir = Path(output_dir)
-    dirty = git_dirty()
-    check(cfg, dirty)
     config = OmegaConf.to_container(cfg, resolve=True)
     chash = config_hash(config)
     paper = cfg.paper or registry.paper_of(cfg.method.name)
@@ -94,32 +116,36 @@ def execute(cfg: DictConfig, output_dir: Path, overrides: list[str] | tuple[str,
         if cfg.publish:
             write_json(published, done)
         return done
-    fn = registry.resolve(cfg.method.name)
-    quiet_libraries()
-    seed_everything(cfg.seed)
-    torch.set_num_threads(cfg.hardware.threads)
-    device = pick_device(cfg.hardware.device)
-    ctx = RunContext(output_dir=output_dir, device=device, device_name=device_name(device),
-                     store_dir=Path(cfg.store.dir) if cfg.store.dir else cache_dir() / "activations",
-                     store_dtype=cfg.store.dtype)
-    if cfg.logger.wandb:
-        import wandb
-        ctx.wandb_run = wandb.init(project=cfg.logger.project, mode=cfg.logger.mode, name=run_id,
-                                   dir=str(output_dir), config=config, reinit=True)
     record = {"schema_version": SCHEMA_VERSION, "run_id": run_id, "paper": paper, "exp_id": cfg.exp_id,
               "status": "running", "metrics": {}, "config": config, "config_hash": chash,
               "overrides": list(overrides), "method_version": registry.version_of(cfg.method.name)}
+    dirty = git_dirty()
+    ctx = RunContext(output_dir=output_dir, device=torch.device("cpu"), device_name="not started")
     assets.USED.clear()  # what this run requires from the asset cache is recorded below
-    log.info("run %s (hash %s) on %s", run_id, chash, ctx.device_name)
     start = time.perf_counter()
     error = None
     try:
+        check(cfg, dirty)
+        ctx.device = pick_device(cfg.hardware.device)
+        torch.set_num_threads(num_threads(cfg.hardware.threads))
+        ctx.device_name = device_name(ctx.device)
+        fn = registry.resolve(cfg.method.name)
+        quiet_libraries()
+        seed_everything(cfg.seed)
+        ctx.store_dir = Path(cfg.store.dir) if cfg.store.dir else cache_dir() / "activations"
+        ctx.store_dtype = cfg.store.dtype
+        if cfg.logger.wandb:
+            import wandb
+            ctx.wandb_run = wandb.init(project=cfg.logger.project, mode=cfg.logger.mode, name=run_id,
+                                       dir=str(output_dir), config=config, reinit=True)
+        log.info("run %s (hash %s) on %s", run_id, chash, ctx.device_name)
         record["metrics"] = {k: float(v) for k, v in fn(cfg, ctx).items()}
         record["status"] = "ok"
     except Exception as e:  # recorded, then re-raised or swallowed per on_error
         error = e
-        record.update(status="failed", error=f"{type(e).__name__}: {e}", traceback=traceback.format_exc())
-        log.error("run %s failed: %s: %s", run_id, type(e).__name__, e)
+        record.update(status="failed", error=f"{type(e).__name__}: {e}{offline_hint(cfg, e)}",
+                      traceback=traceback.format_exc())
+        log.error("run %s failed: %s", run_id, record["error"])
     finally:
         if ctx.wandb_run is not None:
             ctx.wandb_run.finish()
@@ -127,14 +153,19 @@ def execute(cfg: DictConfig, output_dir: Path, overrides: list[str] | tuple[str,
     record["higher_is_better"] = {k: higher_is_better(k) for k in record["metrics"]}
     record["n_samples"] = ctx.n_samples
     record["extra"] = ctx.extra
+    if ctx.per_example:
+        record["per_example"] = ctx.per_example
     record["provenance"] = {**provenance(ctx.device_name, dirty), "allow_dirty": bool(cfg.allow_dirty),
                             "hardware": cfg.hardware.name, "threads": torch.get_num_threads(),
-                            "assets": dict(sorted(assets.USED.items())),
-                            "tokenizer": getattr(ctx, "tokenizer_fingerprint", None),
+                            "assets": dict(sorted(assets.USED.items())), "tokenizer": ctx.tokenizer_fingerprint,
                             "wall_s": round(time.perf_counter() - start, 3)}
     write_json(result_path, record)
     if cfg.publish and record["status"] == "ok":
         write_json(published, record)
+    if record["status"] == "ok":
+        shown = "  ".join(f"{k}={v:.4g}" for k, v in record["metrics"].items() if k.startswith("eval/"))
+        log.info("done %s in %.1f s: %s\n  record: %s%s", run_id, record["provenance"]["wall_s"], shown or "-",
+                 result_path.resolve(), f"\n  published: {published}" if cfg.publish else "")
     if error is not None and cfg.on_error == "raise":
         raise error
     return record
