@@ -44,7 +44,7 @@ def write_manifest(directory: Path, extra: dict | None = None) -> dict:
     files = {
         str(p.relative_to(directory)): {"size": p.stat().st_size, "sha256": sha256_file(p)}
         for p in sorted(directory.rglob("*"))
-        if p.is_file() and p.name != MANIFEST and not p.name.endswith(".tmp")
+        if p.is_file() and p.name not in (MANIFEST, VERIFIED) and not p.name.endswith(".tmp")
     }
     manifest = {"files": files, **(extra or {})}
     tmp = directory / (MANIFEST + ".tmp")
@@ -53,8 +53,13 @@ def write_manifest(directory: Path, extra: dict | None = None) -> dict:
     return manifest
 
 
+VERIFIED = ".verified.json"  # file -> [size, mtime_ns, sha256] as last hashed: a file unchanged since is not rehashed
+
+
 def verify(directory: Path, deep: bool = False) -> list[str]:
-    """Problems with an asset directory ([] when sound). Sizes always; checksums when `deep`."""
+    """Problems with an asset directory ([] when sound). Every file's size, and its sha256 whenever its size or mtime
+    differs from when it was last hashed (so a same-size change is caught without rehashing gigabytes on every run);
+    `deep` rehashes everything."""
     directory = Path(directory)
     mpath = directory / MANIFEST
     if not mpath.is_file():
@@ -63,15 +68,33 @@ def verify(directory: Path, deep: bool = False) -> list[str]:
         files = json.loads(mpath.read_text())["files"]
     except (ValueError, KeyError) as e:
         return [f"{mpath} is unreadable ({e})"]
-    problems = []
+    try:
+        seen = json.loads((directory / VERIFIED).read_text())
+    except (OSError, ValueError):
+        seen = {}
+    problems, hashed = [], {}
     for rel, meta in files.items():
         p = directory / rel
         if not p.is_file():
             problems.append(f"{p} is missing")
-        elif p.stat().st_size != meta["size"]:
-            problems.append(f"{p} has {p.stat().st_size} bytes, manifest says {meta['size']}")
-        elif deep and sha256_file(p) != meta["sha256"]:
-            problems.append(f"{p} does not match its sha256")
+            continue
+        st = p.stat()
+        if st.st_size != meta["size"]:
+            problems.append(f"{p} has {st.st_size} bytes, manifest says {meta['size']}")
+            continue
+        stamp = [st.st_size, st.st_mtime_ns, meta["sha256"]]
+        if deep or seen.get(rel) != stamp:
+            if sha256_file(p) != meta["sha256"]:
+                problems.append(f"{p} does not match its sha256 (changed since it was fetched)")
+                continue
+        hashed[rel] = stamp
+    if not problems and hashed != seen:
+        tmp = directory / f"{VERIFIED}.{os.getpid()}.tmp"
+        try:  # a read-only cache still verifies, it just rehashes next time
+            tmp.write_text(json.dumps(hashed, sort_keys=True))
+            os.replace(tmp, directory / VERIFIED)
+        except OSError:
+            pass
     return problems
 
 

@@ -30,6 +30,8 @@ class SweepSummary(Callback):
         if not records:
             return
         failed = [r["run_id"] for r in records if r.get("status") != "ok"]
-        log.info("sweep %s: %d runs, %d failed\n%s", sweep, len(records), len(failed), summary_table(records))
+        log.info("sweep %s: %d runs, %d failed (records: %s/<hardware>/<run_id>/result.json; "
+                 "`python -m experiments.report --runs %s` renders them)\n%s", sweep, len(records), len(failed), sweep,
+                 sweep, summary_table(records))
         if failed:
             log.warning("failed runs (see their result.json for the traceback): %s", ", ".join(failed))

@@ -148,6 +148,7 @@ def execute(cfg: DictConfig, output_dir: Path, overrides: list[str] | tuple[str,
         log.error("run %s failed: %s", run_id, record["error"])
     finally:
         if ctx.wandb_run is not None:
+            ctx.wandb_run.summary.update({**record["metrics"], "status": record["status"]})
             ctx.wandb_run.finish()
     from experiments.metrics import higher_is_better
     record["higher_is_better"] = {k: higher_is_better(k) for k in record["metrics"]}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import struct
 from functools import lru_cache
 from pathlib import Path
@@ -64,10 +65,34 @@ def test_verify_reports_tampered_files(tmp_path):
     (tmp_path / "a.jsonl").write_text('{"x": 1}\n')
     write_manifest(tmp_path)
     assert verify(tmp_path, deep=True) == []
-    (tmp_path / "a.jsonl").write_text('{"x": 2}\n')  # same size, other bytes: only the checksum sees it
-    assert verify(tmp_path) == [] and "sha256" in verify(tmp_path, deep=True)[0]
+    st = (tmp_path / "a.jsonl").stat()
+    (tmp_path / "a.jsonl").write_text('{"x": 2}\n')  # same size, other bytes: the new mtime makes it rehash
+    os.utime(tmp_path / "a.jsonl", ns=(st.st_atime_ns, st.st_mtime_ns + 1))
+    assert "sha256" in verify(tmp_path)[0] and "sha256" in verify(tmp_path, deep=True)[0]
     (tmp_path / "a.jsonl").write_text('{"x": 10}\n')
     assert "manifest says 9" in verify(tmp_path)[0]
+
+
+def test_unchanged_files_are_not_rehashed(tmp_path, monkeypatch):
+    (tmp_path / "w.bin").write_bytes(b"x" * 1000)
+    write_manifest(tmp_path)
+    assert verify(tmp_path) == []  # hashes once, records size + mtime
+    monkeypatch.setattr("experiments.assets.sha256_file", lambda p: pytest.fail("rehashed an unchanged file"))
+    assert verify(tmp_path) == []
+
+
+def test_same_size_weights_change_is_refused_by_require(tmp_path, monkeypatch):
+    """A same-size change of model.safetensors used to pass the run-time size check and serve stale states."""
+    monkeypatch.setenv("STRATA_CACHE", str(tmp_path))
+    d = tmp_path / "models" / "m"
+    d.mkdir(parents=True)
+    (d / "model.safetensors").write_bytes(b"\0" * 64)
+    write_manifest(d)
+    assert require("models", "m") == d
+    (d / "model.safetensors").write_bytes(b"\1" * 64)
+    os.utime(d / "model.safetensors", ns=(1, 10**18))  # a different mtime, as any rewrite gives
+    with pytest.raises(MissingAssetError, match="does not match its sha256.*make assets"):
+        require("models", "m")
 
 
 def test_check_on_empty_cache_fails_and_names_make_assets(tmp_path, monkeypatch, capsys):

@@ -165,3 +165,63 @@ def test_an_option_the_method_does_not_apply_is_refused(smoke_cfg, tmp_path):
     cfg = smoke_cfg("method=recycling", "pema.enabled=true")
     with pytest.raises(ValueError, match="pema.enabled=true but method=recycling .*methods that do: finetune"):
         execute(cfg, tmp_path / "run")
+
+
+def wandb_records(path, block=32768):
+    """The records of a wandb offline run file (a leveldb-style log: 7-byte file header, 32 KiB blocks, each record
+    chunk with a 7-byte header crc32 | length | type (1 full, 2 first, 3 middle, 4 last))."""
+    import struct
+
+    from wandb.proto import wandb_internal_pb2 as pb
+    data = path.read_bytes()
+    assert data[:4] == b":W&B"
+    pos, chunks, out = 7, b"", []
+    while pos + 7 <= len(data):
+        left = block - pos % block
+        if left < 7:  # a block's tail too short for a header is padding
+            pos += left
+            continue
+        _, n, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        if n == 0 and kind == 0:
+            break
+        chunks += data[pos + 7:pos + 7 + n]
+        pos += 7 + n
+        if kind in (1, 4):
+            r = pb.Record()
+            r.ParseFromString(chunks)
+            out.append(r)
+            chunks = b""
+    return out
+
+
+@pytest.mark.slow
+def test_wandb_offline_writes_a_real_run_with_the_metrics(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "experiments.run", "debug=smoke", "logger=wandb", f"hydra.run.dir={out}"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "WANDB_SILENT": "true", "WANDB_MODE": "offline"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rec = json.loads((out / "result.json").read_text())
+    (run_file,) = out.glob("wandb/offline-run-*/run-*.wandb")
+    logged = {}
+    for r in wandb_records(run_file):
+        kind = r.WhichOneof("record_type")
+        items = r.history.item if kind == "history" else r.summary.update if kind == "summary" else []
+        logged.update({it.key or ".".join(it.nested_key): json.loads(it.value_json) for it in items})
+    assert logged["eval/accuracy"] == pytest.approx(rec["metrics"]["eval/accuracy"])
+    assert logged["train/steps"] == rec["metrics"]["train/steps"] == 6 and logged["status"] == "ok"
+
+
+@pytest.mark.slow
+def test_submitit_local_sweep_finds_both_records_and_its_summary(tmp_path):
+    """The local executor of the launcher that submits to SLURM: each job runs in its own process."""
+    sweep = tmp_path / "sweep"
+    proc = subprocess.run([sys.executable, "-m", "experiments.run", "-m", "debug=smoke", "seed=0,1",
+                           "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=5", f"hydra.sweep.dir={sweep}",
+                           f"results_dir={tmp_path / 'results'}"], cwd=REPO, capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = sorted(json.loads(p.read_text())["run_id"] for p in sweep.glob("cpu/*/result.json"))
+    assert records == [f"rt-polarity--tiny-bert--finetune-full--seed{s}" for s in (0, 1)]
+    assert list(sweep.glob(".submitit/*/*_log.out"))  # the jobs really went through submitit
+    assert "2 runs, 0 failed" in proc.stderr + proc.stdout
