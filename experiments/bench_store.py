@@ -1,20 +1,18 @@
-"""Benchmark the activation store: computing all-layer hidden states vs reading them back (fp32, fp16).
+"""method=store_bench: the activation store's speed, computing all-layer hidden states vs reading them back (fp32,
+fp16).
 
-    python -m experiments.bench_store [--model minilm-l6] [--n 512] [--batch-size 32] [--max-length 128]
-                                      [--repeats 5] [--out results/store]
+    python -m experiments.run experiment=store/bench            (minilm-l6, 512 rt-polarity sentences, ~1 min)
 
 One process, warm stores (filled before timing; their build cost is reported apart), the three passes
-interleaved with `experiments.timing.interleaved`. A pass iterates every example in batches of --batch-size
+interleaved with `experiments.timing.interleaved`. A pass iterates every example in batches of method.batch_size
 and produces the right-padded (B, T, d) states of every layer: by a forward pass, or by `padded()` reads
 (crc-verified) from the store. The shard files were just written, so reads are served by the page cache:
-this is the store's own overhead, not the speed of a cold disk.
-`--model tiny-bert` uses a random 2-layer BERT and random token ids (no offline assets needed).
-Writes <out>/benchmark.json (all numbers, config, device) and <out>/benchmark.md (generated from the json).
+this is the store's own overhead, not the speed of a cold disk. The model is `model=` (tiny-bert: a random one, no
+assets), the sentences a random sample of the task's train split. Writes <results_dir>/store/benchmark.json (all
+numbers, config, device) and benchmark.md (generated from the json) besides the run record.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import platform
 import random
@@ -26,57 +24,57 @@ from pathlib import Path
 import numpy as np
 import torch
 import transformers
+from omegaconf import DictConfig
 
-from experiments.assets import cache_dir, require
-from experiments.store import ActivationStore, batched_hidden_states, model_fingerprint
-from experiments.timing import device_name, interleaved, summarize
+from experiments.context import RunContext
+from experiments.data import load_rows
+from experiments.models import load_encoder, tokenizer_fingerprint
+from experiments.results import write_json
+from experiments.store import batched_hidden_states, model_fingerprint
+from experiments.timing import interleaved, summarize
 
 PASSES = ("compute", "read_fp32", "read_fp16")
 
 
-def load(args: argparse.Namespace) -> tuple[torch.nn.Module, list[dict], dict]:
-    """The model and n tokenized examples, plus a description of where they came from."""
-    rng = random.Random(args.seed)
-    if args.model == "tiny-bert":  # smoke mode: random weights, random ids
-        torch.manual_seed(args.seed)
-        cfg = transformers.BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                                      intermediate_size=64, max_position_embeddings=max(args.max_length, 64))
-        examples = [{"input_ids": [rng.randint(1, 99) for _ in range(rng.randint(4, args.max_length))]}
-                    for _ in range(args.n)]
-        return transformers.BertModel(cfg), examples, {"model": "random tiny-bert", "data": "random token ids"}
-    model_dir = require("models", args.model)
-    data_path = require("data", "rt-polarity") / "train.jsonl"
-    tok = transformers.AutoTokenizer.from_pretrained(model_dir)
-    model = transformers.AutoModel.from_pretrained(model_dir)
-    with open(data_path, encoding="utf-8") as f:  # not splitlines(): texts may hold U+2028 and the like
-        rows = [json.loads(line) for line in f if line.strip()]
-    texts = [r["text"] for r in rng.sample(rows, min(args.n, len(rows)))]
-    enc = tok(texts, truncation=True, max_length=args.max_length)
+def load(cfg: DictConfig, ctx: RunContext) -> tuple[torch.nn.Module, list[dict], dict]:
+    """The model and method.n tokenized sentences (a seeded sample of the task's train split), plus where they came
+    from."""
+    m, task = cfg.method, cfg.task
+    tok, model = load_encoder(cfg.model)
+    ctx.tokenizer_fingerprint = tokenizer_fingerprint(tok)
+    split = task.splits["train"]
+    rows = load_rows(task, cfg.data, split)
+    pick = random.Random(cfg.seed).sample(range(len(rows)), min(m.n, len(rows)))
+    texts = [rows[i][task.text_fields[0]] for i in pick]
+    enc = tok(texts, truncation=True, max_length=m.max_length)
     examples = [{k: enc[k][i] for k in ("input_ids", "token_type_ids") if k in enc} for i in range(len(texts))]
-    return model, examples, {"model": f"{args.model} ({model_dir})", "data": f"rt-polarity train ({data_path})"}
+    weights = (cfg.model.offline or cfg.model.hf_id) if cfg.model.source != "config" else "random init"
+    return model, examples, {"model": f"{cfg.model.name} ({cfg.model.source}: {weights})",
+                             "data": f"{task.name} {split} ({cfg.data.source or task.source})"}
 
 
 @torch.no_grad()  # scoped: a global switch would leak into whatever imports and calls this
-def run(args: argparse.Namespace) -> dict:
+def measure(cfg: DictConfig, ctx: RunContext) -> dict:
+    """Every number of the benchmark (benchmark.json)."""
+    m = cfg.method
     load_before = os.getloadavg()
-    model, examples, source = load(args)
+    model, examples, source = load(cfg, ctx)
     model.eval()
-    device = torch.device("cpu")
+    device = ctx.device
     n_layers = model.config.num_hidden_layers + 1  # embedding output + every block
     lens = [len(e["input_ids"]) for e in examples]
     d = model.config.hidden_size
-    n, bs = len(examples), args.batch_size
+    n, bs = len(examples), m.batch_size
     batches = [list(range(s, min(s + bs, n))) for s in range(0, n, bs)]
     fingerprint = model_fingerprint(model)  # once; the timed passes name the model by it
-    common = dict(tokenizer_key=args.model, max_length=args.max_length, batch_size=args.batch_size,
+    common = dict(tokenizer_key=ctx.tokenizer_fingerprint, max_length=m.max_length, batch_size=m.batch_size,
                   device=device, model_key=fingerprint)
 
-    parent = Path(args.store_root) if args.store_root else cache_dir() / "tmp"
+    parent = Path(ctx.store_dir).parent / "tmp"  # beside the shared store: the same disk, removed afterwards
     parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="bench-store-", dir=parent))
     try:
-        stores = {name: ActivationStore(tmp / name, dt) for name, dt in (("fp32", torch.float32),
-                                                                         ("fp16", torch.float16))}
+        stores = {name: ctx.store(name, root=tmp / name) for name in ("fp32", "fp16")}
         views, build_s = {}, {}
         for name, store in stores.items():  # fill before timing: Table 4 excludes the cache-build cost
             t0 = time.perf_counter()
@@ -84,7 +82,7 @@ def run(args: argparse.Namespace) -> dict:
             build_s[name] = time.perf_counter() - t0
 
         def compute() -> None:
-            for _ in batched_hidden_states(model, examples, range(len(examples)), args.batch_size, device):
+            for _ in batched_hidden_states(model, examples, range(len(examples)), m.batch_size, device):
                 pass
 
         def reader(view):
@@ -98,7 +96,7 @@ def run(args: argparse.Namespace) -> dict:
             s.stats.reset()
         times = interleaved({"compute": compute, "read_fp32": reader(views["fp32"]),
                              "read_fp16": reader(views["fp16"])},
-                            repeats=args.repeats, warmup=args.warmup, device=device)
+                            repeats=m.repeats, warmup=m.warmup, device=device)
         summary = summarize(times, baseline="compute")
         timed_reads = {n: s.stats.reads for n, s in stores.items()}
         rebuilt_during_timing = sum(s.stats.rebuilt for s in stores.values())
@@ -108,9 +106,9 @@ def run(args: argparse.Namespace) -> dict:
         _, hs, _ = next(iter(batched_hidden_states(model, examples, first, len(first), device)))
         fp32_abs = fp32_rel = fp16_abs = fp16_rel = 0.0
         for k in range(n_layers):
-            x32, m = views["fp32"].padded(first, k)
+            x32, mask = views["fp32"].padded(first, k)
             x16, _ = views["fp16"].padded(first, k)
-            real = m.bool()
+            real = mask.bool()
             scale = x32[real].abs().clamp_min(1e-3)
             d32 = (x32[real] - hs[k][real]).abs()  # the store built its batches length-sorted: other padding
             # relative to the layer's largest magnitude: elementwise ratios blow up near zero
@@ -120,13 +118,13 @@ def run(args: argparse.Namespace) -> dict:
             fp16_abs, fp16_rel = max(fp16_abs, d16.max().item()), max(fp16_rel, (d16 / scale).max().item())
 
         # shuffled pass on a fresh store object (nothing in memory): every lookup and read must hit
-        shuffled = ActivationStore(tmp / "fp16", torch.float16)
+        shuffled = ctx.store("fp16", root=tmp / "fp16")
         order = list(range(len(examples)))
-        random.Random(args.seed + 1).shuffle(order)
+        random.Random(cfg.seed + 1).shuffle(order)
         sview = shuffled.hidden_states(model, [examples[i] for i in order], "all", **common)
-        for s in range(0, len(order), args.batch_size):
+        for s in range(0, len(order), m.batch_size):
             for k in range(n_layers):
-                sview.padded(range(s, min(s + args.batch_size, len(order))), k)
+                sview.padded(range(s, min(s + m.batch_size, len(order))), k)
         st = shuffled.stats
         entries = len(examples) * n_layers
 
@@ -138,8 +136,9 @@ def run(args: argparse.Namespace) -> dict:
 
     med = {name: summary[name]["median_s"] for name in PASSES}
     return {
-        "config": {k: v for k, v in vars(args).items() if k != "out"},
-        "device": device_name(device),
+        "config": {"model": cfg.model.name, "task": cfg.task.name, "seed": cfg.seed,
+                   **{k: m[k] for k in ("n", "batch_size", "max_length", "repeats", "warmup")}},
+        "device": ctx.device_name,
         "versions": {"python": platform.python_version(), "torch": torch.__version__,
                      "transformers": transformers.__version__, "numpy": np.__version__},
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -150,7 +149,7 @@ def run(args: argparse.Namespace) -> dict:
         "timing": {"summary": summary, "times_s": times,
                    "compute_over_read": {"fp32": med["compute"] / med["read_fp32"],
                                          "fp16": med["compute"] / med["read_fp16"]},
-                   "entries_read_per_pass": {n: r / (args.repeats + args.warmup) for n, r in timed_reads.items()},
+                   "entries_read_per_pass": {n: r / (m.repeats + m.warmup) for n, r in timed_reads.items()},
                    "rebuilt_during_timing": rebuilt_during_timing},
         "build_s": build_s,
         "storage": {"bin_bytes": disk, "raw_tensor_bytes": raw, "index_bytes": index_bytes,
@@ -170,7 +169,7 @@ def to_markdown(r: dict) -> str:
     lines = [
         "# Activation store benchmark",
         "",
-        "Generated by `python -m experiments.bench_store` from benchmark.json; do not edit. "
+        "Generated by `python -m experiments.run experiment=store/bench` from benchmark.json; do not edit. "
         f"Device: **{r['device']}**.",
         f"Model: {r['source']['model']}. Data: {r['source']['data']}.",
         f"{r['data']['n_examples']} examples, {r['data']['n_tokens']} tokens (mean {r['data']['mean_len']:.1f}), "
@@ -213,35 +212,18 @@ def to_markdown(r: dict) -> str:
     return "\n".join(lines)
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def main(argv: list[str] | None = None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--model", default="minilm-l6", help="offline model name, or tiny-bert (random, for smoke tests)")
-    p.add_argument("--n", type=int, default=512, help="sentences from rt-polarity train (random sample)")
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--max-length", type=int, default=128)
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--warmup", type=int, default=1)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--store-root", default=None, help="where the temporary stores go (default: <cache>/tmp)")
-    p.add_argument("--out", default="results/store")
-    args = p.parse_args(argv)
-    result = run(args)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    _write_atomic(out / "benchmark.json", json.dumps(result, indent=1) + "\n")
-    _write_atomic(out / "benchmark.md", to_markdown(result))
-    print(to_markdown(result))
-    return result
-
-
-if __name__ == "__main__":
-    main()
+def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
+    r = measure(cfg, ctx)
+    out = Path(cfg.results_dir) / "store"
+    write_json(out / "benchmark.json", r)
+    (out / "benchmark.md").write_text(to_markdown(r))
+    ctx.n_samples.update(examples=r["data"]["n_examples"], tokens=r["data"]["n_tokens"],
+                         max_length=cfg.method.max_length)
+    ctx.extra.update(benchmark=r)
+    t, s = r["timing"]["summary"], r["storage"]
+    return {**{f"time/{name}_s": t[name]["median_s"] for name in PASSES},
+            **{f"speedup/{name}_x": t[name]["speedup_vs_baseline"] for name in PASSES[1:]},
+            "storage/fp16_over_fp32_bin": s["fp16_over_fp32_bin"],
+            "store/shuffled_hit_rate": r["shuffled_pass"]["hit_rate"],
+            "fidelity/fp32_vs_forward_max_abs": r["fidelity"]["fp32_store_vs_forward_max_abs"],
+            "fidelity/fp16_vs_fp32_max_abs": r["fidelity"]["fp16_vs_fp32_max_abs"]}

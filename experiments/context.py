@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 log = logging.getLogger(__name__)
+STORE_DTYPES = {"fp16": torch.float16, "fp32": torch.float32}
 
 
 @dataclass
@@ -21,14 +22,22 @@ class RunContext:
     store_dtype: str = "fp16"
     n_samples: dict[str, int] = field(default_factory=dict)  # filled by the method, copied into result.json
     extra: dict[str, Any] = field(default_factory=dict)  # per-run details worth keeping (e.g. eval history)
+    # split -> per-example scores behind the reported metrics (experiments.evaluate.Scores.per_example); copied into
+    # the record's "per_example" so experiments.claims can bootstrap over examples
+    per_example: dict[str, Any] = field(default_factory=dict)
     wandb_run: Any = None
+    tokenizer_fingerprint: str | None = None  # set by the method that builds a tokenizer (models.tokenizer_fingerprint)
 
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
         if self.wandb_run is not None:
             self.wandb_run.log(metrics, step=step)
 
-    def store(self):
-        """The shared activation store (imported lazily: methods that never cache pay nothing)."""
+    def store(self, dtype: str | None = None, root: Path | None = None):
+        """The shared activation store (imported lazily: methods that never cache pay nothing). `dtype` (fp16 | fp32)
+        overrides store.dtype for a method that fixes its own; `root` opens a store elsewhere (a benchmark's
+        temporary one)."""
         from experiments.store import ActivationStore
-        dtype = {"fp16": torch.float16, "fp32": torch.float32}[self.store_dtype]
-        return ActivationStore(self.store_dir, dtype=dtype)
+        dtype = dtype or self.store_dtype
+        if dtype not in STORE_DTYPES:
+            raise ValueError(f"activation-store dtype {dtype!r} is not one of {', '.join(STORE_DTYPES)}")
+        return ActivationStore(root or self.store_dir, dtype=STORE_DTYPES[dtype])

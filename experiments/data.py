@@ -1,7 +1,8 @@
-"""Task data: one loader for offline assets, hub datasets and test fixtures (all as `datasets.DatasetDict` with
-splits train/eval), and the encoders that turn each task type into model features."""
+"""Task data: one loader for offline assets, hub datasets and test fixtures (the capped train/eval splits as a
+`datasets.DatasetDict`, or one named split's rows), and the encoders that turn each task type into model features."""
 from __future__ import annotations
 
+import json
 import logging
 import random
 from pathlib import Path
@@ -15,26 +16,54 @@ from experiments.assets import require
 log = logging.getLogger(__name__)
 REPO = Path(__file__).resolve().parent.parent
 TASK_TYPES = ("cls", "pair", "ner", "qa")
+SOURCES = ("offline", "hub", "fixture")
+
+
+def _source(task: DictConfig, data: DictConfig) -> str:
+    source = data.source or task.source
+    if source not in SOURCES:
+        raise ValueError(f"unknown data source {source!r}; valid: {', '.join(SOURCES)}")
+    if source == "fixture" and not task.fixture:
+        raise ValueError(f"task {task.name!r} has no fixture; set task.fixture or use data.source=offline")
+    return source
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """One dict per non-empty line (line iteration, not splitlines(): texts may hold U+2028 and the like)."""
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def load_rows(task: DictConfig, data: DictConfig, split: str) -> list[dict] | datasets.Dataset:
+    """All rows of one split of the task's source, by its name there (offline: <split>.jsonl; fixture: the rows whose
+    `split` is it; hub: the hub split), uncapped: plain dicts from files, a datasets.Dataset from the hub."""
+    source = _source(task, data)
+    if source == "offline":
+        return read_jsonl(require("data", task.offline) / f"{split}.jsonl")
+    if source == "fixture":
+        return [r for r in read_jsonl(REPO / task.fixture) if r["split"] == split]
+    return datasets.load_dataset(task.hf.path, task.hf.name, split=split)
 
 
 def load_splits(task: DictConfig, data: DictConfig) -> datasets.DatasetDict:
     """train/eval splits of `task`, each capped to a fixed random subset when data.limit_* is set."""
-    source = data.source or task.source
+    source = _source(task, data)
     if source == "offline":
         d = require("data", task.offline)
         files = {split: str(d / f"{name}.jsonl") for split, name in task.splits.items()}
         ds = datasets.load_dataset("json", data_files=files)
     elif source == "fixture":
-        if not task.fixture:
-            raise ValueError(f"task {task.name!r} has no fixture; set task.fixture or use data.source=offline")
         # one committed file holds both splits, marked by a `split` column
         rows = datasets.load_dataset("json", data_files=str(REPO / task.fixture))["train"]
         ds = datasets.DatasetDict({s: rows.filter(lambda r, s=s: r["split"] == s) for s in ("train", "eval")})
-    elif source == "hub":
-        hub = datasets.load_dataset(task.hf.path, task.hf.name)
-        ds = datasets.DatasetDict({split: hub[name] for split, name in task.splits.items()})
     else:
-        raise ValueError(f"unknown data source {source!r}; valid: offline, hub, fixture")
+        hub = datasets.load_dataset(task.hf.path, task.hf.name)
+        missing = {split: name for split, name in task.splits.items() if name not in hub}
+        if missing:
+            raise ValueError(f"task {task.name!r}: hub dataset {task.hf.path} ({task.hf.name}) has no split "
+                             f"{', '.join(map(repr, missing.values()))}; its splits: {', '.join(hub)}. "
+                             f"Fix task.splits ({', '.join(f'{k}: {v}' for k, v in missing.items())})")
+        ds = datasets.DatasetDict({split: hub[name] for split, name in task.splits.items()})
     for split, limit in (("train", data.limit_train), ("eval", data.limit_eval)):
         if limit is not None and limit < len(ds[split]):
             ds[split] = ds[split].shuffle(seed=data.subset_seed).select(range(limit))

@@ -1,5 +1,6 @@
 """Prediction and scoring for each task type: batched forward over encoded eval features, then the task's
-metrics on the original examples (NER at word level, QA at answer-text level), as `eval/<metric>` keys."""
+metrics on the original examples (NER at word level, QA at answer-text level), as `eval/<metric>` keys, with the
+per-example scores behind them (`Scores.per_example`) and, for classification, the majority-class baselines."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -16,6 +17,17 @@ INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
 Inputs = Callable[[int, int], dict[str, torch.Tensor]]
+
+
+class Scores(dict):
+    """`eval/<metric>` -> value, plus `per_example`: the per-example quantities the metrics are means or sums of,
+    in eval-example order (experiments.claims bootstraps over them; a run record keeps them as
+    record["per_example"]["eval"]):
+      cls, pair: {"pred": [class id], "label": [class id]}
+      ner: {"tp", "fp", "fn"} entities per sentence (seqeval) and {"token_tp", "token_fp", "token_fn"}
+      qa: {"em": [0-100], "f1": [0-100]} per question
+    It travels with the metrics it belongs to, so the trainer's best-checkpoint choice keeps the matching one."""
+    per_example: dict[str, list]
 
 
 def token_inputs(features: datasets.Dataset, pad_id: int) -> Inputs:
@@ -41,13 +53,15 @@ def forward_logits(model, n: int, inputs: Inputs, batch_size: int, device) -> li
 
 
 def evaluate(model, features: datasets.Dataset, examples: datasets.Dataset, task: DictConfig, batch_size: int,
-             device, pad_id: int, inputs: Inputs | None = None) -> dict[str, float]:
+             device, pad_id: int, inputs: Inputs | None = None) -> Scores:
     """`inputs`: how to feed the model (default: the features' token ids, see `token_inputs`)."""
     inputs = inputs or token_inputs(features, pad_id)
     logits = forward_logits(model, len(features), inputs, batch_size, device)
-    scores = {"cls": _classification, "pair": _classification, "ner": _ner, "qa": _qa}[task.type](
+    scores, per_example = {"cls": _classification, "pair": _classification, "ner": _ner, "qa": _qa}[task.type](
         logits, features, examples, task)
-    return {f"eval/{k}": float(v) for k, v in scores.items()}
+    out = Scores({f"eval/{k}": float(v) for k, v in scores.items()})
+    out.per_example = per_example
+    return out
 
 
 def _classification(logits, features, examples, task):
@@ -55,7 +69,12 @@ def _classification(logits, features, examples, task):
     probs = np.exp(lg - lg.max(1, keepdims=True))
     probs /= probs.sum(1, keepdims=True)
     labels = np.asarray(features["labels"])
-    return M.classification_metrics(list(task.metrics), lg.argmax(1), labels, probs=probs)
+    preds = lg.argmax(1)
+    scores = M.classification_metrics(list(task.metrics), preds, labels, probs=probs)
+    # what a constant predictor scores: a claim whose arm does not beat it is not testable (experiments.claims)
+    scores.update(M.majority_baselines(labels, ["accuracy", *task.metrics]))
+    per_example = {"pred": preds.tolist(), "label": labels.tolist()} if np.issubdtype(labels.dtype, np.integer) else {}
+    return scores, per_example
 
 
 def _ner(logits, features, examples, task):
@@ -69,7 +88,10 @@ def _ner(logits, features, examples, task):
                 pred[i][w] = names[int(lg[pos].argmax())]
     scores = M.seqeval_f1(pred, gold)
     scores["token_f1"] = M.token_f1(pred, gold)
-    return {k: v for k, v in scores.items() if k in task.metrics or k == "token_f1"}
+    if "token_macro_f1" in task.metrics:  # the recycling paper's NER score (O included), see conf/task/bc5cdr.yaml
+        scores["token_macro_f1"] = M.token_macro_f1(pred, gold)
+    return ({k: v for k, v in scores.items() if k in task.metrics or k == "token_f1"},
+            {**M.entity_counts(pred, gold), **M.token_counts(pred, gold)})
 
 
 def best_span(start: np.ndarray, end: np.ndarray, offsets: list, max_len: int, top: int = 20):
@@ -97,4 +119,5 @@ def _qa(logits, features, examples, task):
             best[ex] = span
     contexts, answers = examples[context_field], examples[task.label_field]
     preds = [contexts[i][best[i][1]:best[i][2]] if i in best else "" for i in range(len(examples))]
-    return M.squad_em_f1(preds, [a["text"] for a in answers])
+    per = M.squad_scores(preds, [a["text"] for a in answers])
+    return {k: float(np.mean(v)) for k, v in per.items()}, per

@@ -10,7 +10,7 @@ from experiments import hooks
 from experiments.context import RunContext
 from experiments.evaluate import evaluate
 from experiments.metrics import higher_is_better
-from experiments.models import build, count_parameters
+from experiments.models import build, count_parameters, tokenizer_fingerprint
 from experiments.train import fit
 
 log = logging.getLogger(__name__)
@@ -53,6 +53,7 @@ def fit_and_score(cfg: DictConfig, ctx: RunContext, model, raw, evals, batches, 
 
 def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
     tok, model, raw, train, evals = prepare(cfg)
+    ctx.tokenizer_fingerprint = tokenizer_fingerprint(tok)
     attached = hooks.attach(cfg, ctx, model, tok, {"train": train, "eval": evals})  # e.g. pema.enabled: E' for E
     batches, n_batches = D.train_batches(train, cfg.hardware.batch_size, tok.pad_token_id, cfg.seed,
                                          cfg.train.group_by_length)

@@ -14,22 +14,30 @@ from collections.abc import Sequence
 import numpy as np
 from scipy import stats
 from sklearn.metrics import f1_score, matthews_corrcoef
+from seqeval.metrics.sequence_labeling import get_entities as _get_entities
 from seqeval.metrics.sequence_labeling import precision_recall_fscore_support as _seqeval_prfs
 
 __all__ = [
     "HIGHER_IS_BETTER",
     "CLASSIFICATION_METRICS",
     "higher_is_better",
+    "declared",
     "accuracy",
     "f1_micro",
     "f1_macro",
+    "f1_binary",
     "mcc",
     "pearson",
     "spearman",
     "ece",
     "seqeval_f1",
     "token_f1",
+    "token_macro_f1",
     "squad_em_f1",
+    "squad_scores",
+    "entity_counts",
+    "token_counts",
+    "majority_baselines",
     "classification_metrics",
 ]
 
@@ -38,6 +46,7 @@ HIGHER_IS_BETTER: dict[str, bool] = {
     "accuracy": True,
     "f1_micro": True,
     "f1_macro": True,
+    "f1_binary": True,
     "mcc": True,
     "pearson": True,
     "spearman": True,
@@ -45,17 +54,52 @@ HIGHER_IS_BETTER: dict[str, bool] = {
     "entity_precision": True,
     "entity_recall": True,
     "token_f1": True,
+    "token_macro_f1": True,
     "em": True,
     "f1": True,
     "ece": False,
     "loss": False,
 }
+# Every other recorded key, by pattern over the whole key (first match wins). None = declared to have no better side:
+# counts, sizes, settings echoed into the record, intrinsic dimensions, agreement checks whose target is 1.
+KEY_DIRECTIONS: tuple[tuple[re.Pattern, bool | None], ...] = tuple((re.compile(p), d) for p, d in (
+    (r"^speedup/", True),
+    (r"hit_rate$", True),
+    (r"tokens_per_s$", True),
+    (r"^mem/measured_over_analytic$", None),
+    (r"^mem/.*saving", True),
+    (r"^mem/", False),
+    (r"^time/", False),
+    (r"^cost/", False),                  # break-even months: sooner is better
+    (r"^fidelity/|max_abs_diff$", False),
+    (r"bytes", False),
+    (r"_computed$", False),              # cache entries recomputed instead of read
+    (r"loss$", False),
+    (r"^reduction/|_reduction_pct$|^pema/params_removed$", True),
+    (r"auc_", None),
+    (r"^(params|sizes|vocab|id|sft|train|recycling|storage|cache|pema)/", None),
+))
+
+
+def _key_direction(key: str) -> tuple[bool, bool | None]:
+    name = key.rsplit("/", 1)[-1]
+    if name in HIGHER_IS_BETTER:
+        return True, HIGHER_IS_BETTER[name]
+    for pattern, d in KEY_DIRECTIONS:
+        if pattern.search(key):
+            return True, d
+    return False, None
 
 
 def higher_is_better(key: str) -> bool | None:
-    """Direction for a metric name or a logged key such as 'eval/accuracy' (the split prefix is dropped).
-    None for names that are not metrics (runtime, samples_per_second, ...), so callers must decide explicitly."""
-    return HIGHER_IS_BETTER.get(key.rsplit("/", 1)[-1])
+    """Direction for a metric name or a logged key such as 'eval/accuracy' (the split prefix is dropped) or
+    'time/step_ms'. None for keys with no better side and for undeclared names (runtime, ...): see `declared`."""
+    return _key_direction(key)[1]
+
+
+def declared(key: str) -> bool:
+    """Whether a key's direction (or its lack of one) is declared above; reports mark the undeclared ones."""
+    return _key_direction(key)[0]
 
 
 def _pair(preds, labels) -> tuple[np.ndarray, np.ndarray]:
@@ -84,6 +128,15 @@ def f1_macro(preds, labels) -> float:
     # Averaged over the classes present in labels or preds (sklearn's default), unweighted.
     p, y = _pair(preds, labels)
     return float(f1_score(y, p, average="macro", zero_division=0))
+
+
+def f1_binary(preds, labels) -> float:
+    """F1 of the positive class (id 1) of a two-class task: GLUE's F1 for MRPC and QQP (sklearn average="binary")."""
+    p, y = _pair(preds, labels)
+    other = sorted((set(np.unique(y).tolist()) | set(np.unique(p).tolist())) - {0, 1})
+    if other:
+        raise ValueError(f"f1_binary needs two-class labels 0/1, got classes {other}; use f1_macro for more classes")
+    return float(f1_score(y, p, average="binary", pos_label=1, zero_division=0))
 
 
 def mcc(preds, labels) -> float:
@@ -133,6 +186,7 @@ CLASSIFICATION_METRICS = {
     "accuracy": accuracy,
     "f1_micro": f1_micro,
     "f1_macro": f1_macro,
+    "f1_binary": f1_binary,
     "mcc": mcc,
     "pearson": pearson,
     "spearman": spearman,
@@ -191,6 +245,17 @@ def token_f1(pred_tags: list[list[str]], gold_tags: list[list[str]], ignore: str
     return float(2 * precision * recall / (precision + recall))
 
 
+def token_macro_f1(pred_tags: list[list[str]], gold_tags: list[list[str]]) -> float:
+    """Token-level macro F1 over every tag INCLUDING O: each word's tag is one classification, F1 per tag averaged
+    unweighted over the tags seen in gold or predictions (sklearn f1_score(average="macro") on the flattened tags).
+    The recycling paper's NER "Macro F-1" (its spec §6.6), not seqeval's entity F1."""
+    _check_tags(pred_tags, gold_tags)
+    gold = [t for s in gold_tags for t in s]
+    if not gold:
+        raise ValueError("no tokens to score")
+    return float(f1_score(gold, [t for s in pred_tags for t in s], average="macro", zero_division=0))
+
+
 # ---------------------------------------------------------------- extractive QA (SQuAD v1.1 official script)
 
 _PUNCT = set(string.punctuation)
@@ -219,17 +284,66 @@ def _squad_f1(prediction: str, truth: str) -> float:
 def squad_em_f1(predictions: list[str], references: list[list[str]]) -> dict[str, float]:
     """Official SQuAD v1.1 exact match and F1, each the max over an example's gold answers, averaged over
     examples and reported in percent (0-100) like the official script."""
+    per = squad_scores(predictions, references)
+    return {"em": float(np.mean(per["em"])), "f1": float(np.mean(per["f1"]))}
+
+
+def squad_scores(predictions: list[str], references: list[list[str]]) -> dict[str, list[float]]:
+    """Per-example SQuAD v1.1 exact match and F1 (0-100), each the max over the example's gold answers: the
+    quantities `squad_em_f1` averages (a bootstrap over examples resamples these)."""
     if len(predictions) != len(references):
         raise ValueError(f"predictions and references differ in length: {len(predictions)} vs {len(references)}")
     if not predictions:
         raise ValueError("empty predictions")
-    em = f1 = 0.0
+    em, f1 = [], []
     for i, (pred, golds) in enumerate(zip(predictions, references)):
         if isinstance(golds, str) or not golds:
             # A bare string would be iterated character by character and score nonsense.
             raise ValueError(f"example {i}: references must be a non-empty list of answer strings")
         norm_pred = _normalize_answer(pred)
-        em += max(float(norm_pred == _normalize_answer(g)) for g in golds)
-        f1 += max(_squad_f1(pred, g) for g in golds)
-    n = len(predictions)
-    return {"em": 100.0 * em / n, "f1": 100.0 * f1 / n}
+        em.append(100.0 * max(float(norm_pred == _normalize_answer(g)) for g in golds))
+        f1.append(100.0 * max(_squad_f1(pred, g) for g in golds))
+    return {"em": em, "f1": f1}
+
+
+# ---------------------------------------------------------------- per-example counts and trivial baselines
+# The corpus-level scores above are sums of per-example counts; keeping the counts lets experiments.claims
+# bootstrap a score over examples exactly (resampled sums), and the baselines tell a model that learned the task
+# from one that predicts a constant.
+
+def entity_counts(pred_tags: list[list[str]], gold_tags: list[list[str]]) -> dict[str, list[int]]:
+    """Per sentence: entity true positives, false positives and false negatives (seqeval's default entity
+    extraction), whose sums give `seqeval_f1` exactly."""
+    _check_tags(pred_tags, gold_tags)
+    tp, fp, fn = [], [], []
+    for p, g in zip(pred_tags, gold_tags):
+        pe, ge = set(_get_entities(list(p))), set(_get_entities(list(g)))
+        hit = len(pe & ge)
+        tp.append(hit)
+        fp.append(len(pe) - hit)
+        fn.append(len(ge) - hit)
+    return {"tp": tp, "fp": fp, "fn": fn}
+
+
+def token_counts(pred_tags: list[list[str]], gold_tags: list[list[str]], ignore: str = "O") -> dict[str, list[int]]:
+    """Per sentence: the true positives, false positives and false negatives behind `token_f1`."""
+    _check_tags(pred_tags, gold_tags)
+    tp, fp, fn = [], [], []
+    for ps, gs in zip(pred_tags, gold_tags):
+        hit = sum(p == g and g != ignore for p, g in zip(ps, gs))
+        tp.append(hit)
+        fp.append(sum(p != ignore for p in ps) - hit)
+        fn.append(sum(g != ignore for g in gs) - hit)
+    return {"token_tp": tp, "token_fp": fp, "token_fn": fn}
+
+
+def majority_baselines(labels, names: Sequence[str]) -> dict[str, float]:
+    """What always answering the most frequent label scores: `majority_<name>` for each of `names` among
+    accuracy, f1_micro, f1_macro (others are skipped). Empty for non-integer labels (regression)."""
+    y = np.asarray(labels)
+    if len(y) == 0 or not np.issubdtype(y.dtype, np.integer):
+        return {}
+    values, counts = np.unique(y, return_counts=True)
+    constant = np.full_like(y, values[counts.argmax()])
+    return {f"majority_{n}": CLASSIFICATION_METRICS[n](constant, y) for n in names
+            if n in ("accuracy", "f1_micro", "f1_macro")}

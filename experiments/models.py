@@ -1,16 +1,20 @@
-"""Models: resolve `model=` to weights (offline asset, hub id, or random init from config), and put a task head on
-the encoder. Heads read the encoder's last hidden states, so methods that produce hidden states another way (a
-cache, a fused stack of layers) reuse them unchanged."""
+"""Models: the one place that resolves `model=` to a tokenizer, an encoder or a causal LM (offline asset, hub id, or
+random init from config), fingerprints tokenizers, and puts a task head on the encoder. Heads read the encoder's last
+hidden states, so methods that produce hidden states another way (a cache, a fused stack of layers) reuse them
+unchanged."""
 from __future__ import annotations
 
+import hashlib
 import inspect
+import json
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
-from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedTokenizerFast
+from transformers import (AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer, PretrainedConfig,
+                          PreTrainedTokenizerFast)
 
 from experiments.assets import require
 
@@ -35,29 +39,73 @@ def byte_tokenizer() -> PreTrainedTokenizerFast:
                                    model_input_names=["input_ids", "token_type_ids", "attention_mask"])
 
 
-def load_encoder(model: DictConfig) -> tuple[PreTrainedTokenizerFast, nn.Module]:
-    """(tokenizer, base model without any head) for a model config."""
-    if model.source == "config":
-        tok = byte_tokenizer()
-        kwargs = OmegaConf.to_container(model.from_config, resolve=True)
-        model_type = {"bert": "bert", "llama": "llama"}.get(model.family)
-        if model_type is None:
-            raise ValueError(f"source=config builds bert or llama families, not {model.family!r}")
-        cfg = AutoConfig.for_model(model_type, vocab_size=len(tok), pad_token_id=tok.pad_token_id, **kwargs)
-        extra = {"add_pooling_layer": False} if model_type == "bert" else {}
-        return tok, AutoModel.from_config(cfg, **extra)
+def weights_path(model: DictConfig) -> str:
+    """Where a pretrained model's files are: its verified offline asset directory, or its hub id."""
     if model.source == "offline":
-        path = str(require("models", model.offline))
-    elif model.source == "hub":
-        path = model.hf_id
-    else:
-        raise ValueError(f"unknown model source {model.source!r}; valid: offline, hub, config")
-    tok = AutoTokenizer.from_pretrained(path)
+        return str(require("models", model.offline))
+    if model.source == "hub":
+        return model.hf_id
+    raise ValueError(f"model.source={model.source!r} names no pretrained files; valid: offline, hub "
+                     "(config builds random weights from model.from_config)")
+
+
+def load_tokenizer(model: DictConfig) -> PreTrainedTokenizerFast:
+    """The model's tokenizer alone (no weights): the byte tokenizer for random models."""
+    if model.source == "config":
+        return byte_tokenizer()
+    tok = AutoTokenizer.from_pretrained(weights_path(model))
     if tok.pad_token is None:  # causal LMs ship without one; padding is masked anyway
         tok.pad_token = tok.eos_token
+    return tok
+
+
+def _random_config(model: DictConfig, tok) -> PretrainedConfig:
+    """source=config: the architecture of model.from_config, its vocabulary sized to the byte tokenizer."""
+    model_type = {"bert": "bert", "llama": "llama"}.get(model.family)
+    if model_type is None:
+        raise ValueError(f"source=config builds bert or llama families, not {model.family!r}")
+    kwargs = OmegaConf.to_container(model.from_config, resolve=True)
+    return AutoConfig.for_model(model_type, vocab_size=len(tok), pad_token_id=tok.pad_token_id, **kwargs)
+
+
+def load_encoder(model: DictConfig) -> tuple[PreTrainedTokenizerFast, nn.Module]:
+    """(tokenizer, base model without any head) for a model config."""
+    tok = load_tokenizer(model)
     # heads read token states; BERT's pooler would be computed on every forward and some assets ship no pooler weights
     extra = {"add_pooling_layer": False} if model.family == "bert" else {}
-    return tok, AutoModel.from_pretrained(path, **extra)
+    if model.source == "config":
+        return tok, AutoModel.from_config(_random_config(model, tok), **extra)
+    return tok, AutoModel.from_pretrained(weights_path(model), **extra)
+
+
+def load_causal_lm(model: DictConfig, dtype: torch.dtype = torch.float32) -> tuple[PreTrainedTokenizerFast, nn.Module]:
+    """(tokenizer, causal LM with its LM head) in eval mode, weights in `dtype`."""
+    if model.kind != "causal":
+        raise ValueError(f"model={model.name} is model.kind={model.kind}; this method needs a causal LM "
+                         "(a model config with kind: causal, e.g. model=smollm2-135m or model=tiny-llama)")
+    tok = load_tokenizer(model)
+    if model.source == "config":
+        lm = AutoModelForCausalLM.from_config(_random_config(model, tok), dtype=dtype)
+    else:
+        lm = AutoModelForCausalLM.from_pretrained(weights_path(model), dtype=dtype)
+    return tok, lm.eval()
+
+
+def tokenizer_fingerprint(tok) -> str:
+    """What decides a tokenizer's ids, hashed (16 hex digits): the fast tokenizer's vocabulary, merges or model type,
+    added tokens, normalizer, pre-tokenizer and post-processor, and the special-token map. Never a path, so the same
+    files give the same fingerprint wherever the cache lives; the truncation and padding a call leaves set are not
+    part of it. It names the tokenizer in activation-store keys and in the run record."""
+    backend = getattr(tok, "backend_tokenizer", None)
+    if backend is not None:
+        state = json.loads(backend.to_str())
+        state.pop("truncation", None)
+        state.pop("padding", None)
+    else:  # a slow (python) tokenizer: its class and vocabulary
+        state = {"class": type(tok).__name__, "vocab": sorted(tok.get_vocab().items())}
+    state["special_tokens_map"] = tok.special_tokens_map
+    blob = json.dumps(state, sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def pool(hidden: torch.Tensor, mask: torch.Tensor, how: str) -> torch.Tensor:

@@ -88,13 +88,14 @@ def root_schema() -> type:
 
 def register_configs() -> None:
     cs = ConfigStore.instance()
+    # schemas live in their own groups (schema/, schema/method/), so Hydra's lists of valid `model=` or `method=`
+    # options show only the runnable YAML files; each file names its schema: defaults: [/schema@_here_: model, _self_]
     cs.store(name="config_schema", node=root_schema())
-    cs.store(group="model", name="schema", node=ModelConfig)
-    cs.store(group="task", name="schema", node=TaskConfig)
-    cs.store(group="hardware", name="schema", node=HardwareConfig)
-    cs.store(group="logger", name="schema", node=LoggerConfig)
+    for group, node in (("model", ModelConfig), ("task", TaskConfig), ("hardware", HardwareConfig),
+                        ("logger", LoggerConfig)):
+        cs.store(group="schema", name=group, node=node)
     for name, m in METHODS.items():
-        cs.store(group="method", name=f"{name}_schema", node=_load(m.schema))
+        cs.store(group="schema/method", name=name, node=_load(m.schema))
     # hydra's run/sweep dirs name a job as the runner does (experiments/identity.py)
     OmegaConf.register_new_resolver("run_name", lambda base, overrides: run_name(base, overrides), replace=True)
 

@@ -3,28 +3,48 @@
 Embedding Recycling's layer-k cache is this store (papers/recycling.md §1, §4); intrinsic dimension, reverse
 probing and few-shot layer fusion read frozen hidden states from it too.
 
-Layout under `root/` (append-only; nothing is ever modified in place):
-    shard-<uuid>.bin    raw entries, concatenated (C order, the store's dtype)
-    shard-<uuid>.json   {"format", "created_ns", "bin_bytes", "entries": {key: [offset, shape, dtype, crc32]}}
+Layout under `root/`:
+    shard-<uuid>.bin        raw entries, concatenated (C order, the store's dtype)
+    shard-<uuid>.json       {"format", "created_ns", "bin_bytes", "entries": {key: [offset, shape, dtype, crc32]}}
+    shard-<uuid>.*.bad      a quarantined (damaged) shard: never loaded again; `compact()` deletes it
+    .lock, locks/*.lock     flock files (below)
 One entry = one (example, layer). Its key is a sha256 over the model fingerprint, layer, tokenizer key, max
 length, dtype, select and the example's token (type) ids, so shuffled batches hit, and computing every layer
-once also serves a later request for one layer. Both files are written to `*.tmp`, fsynced and renamed, the
-.bin first: a crash leaves an orphan .tmp or an unindexed .bin, which are ignored. Every read checks the
-entry's crc32; a bad entry is recomputed into a new shard, which supersedes the old one (newer shards win).
-Not safe for concurrent writers *within* one process; separate processes may share a root (each writes its
-own shards; `refresh()` picks up theirs).
+once also serves a later request for one layer. Published files are never modified in place.
+
+Writing. A shard is streamed to `*.bin.tmp` (flock-held by its writer while it lives), fsynced, then published
+under the store lock (`.lock`): the index is re-read, keys another writer published meanwhile are left out, the
+.bin is renamed, then its .json is written to a .tmp and renamed. Identical concurrent requests also share a
+request lock (`locks/<hash of the missing keys>.lock`), so the second waits and then finds everything stored:
+two writers never compute or store an entry twice. Readers never lock.
+Damage. Every read checks the entry's crc32. A damaged shard (bad crc, truncated or missing .bin, unreadable
+index) is salvaged once, under the lock: its intact entries are copied to a new shard together with the bad ones
+the reading view can recompute (one shard for the whole bad region, not one per entry), then it is renamed to
+`*.bad`, so no later open reads it or warns about it again. Entries nobody could recompute are dropped; they are
+computed again when next requested.
+Orphans. Temp files that no live writer holds (their flock is free; killed writers release it) and .bin files
+whose index was never written are removed at open once they are a minute old.
+Compaction. `compact()` rewrites the live entries into few shards and drops duplicate, superseded, corrupt and
+quarantined data; the new shards are published before the old files are unlinked, so a reader that opened
+earlier keeps reading (its mmaps stay valid; a shard it had not mapped yet makes it reload the index).
+    python -m experiments.store [--dir D] --check      verify every entry, print entries / bytes / dead bytes
+    python -m experiments.store [--dir D] --compact    compact, print the summary before and after
 """
 from __future__ import annotations
 
+import argparse
+import fcntl
 import hashlib
 import json
 import logging
 import math
 import os
+import threading
 import time
 import uuid
 import zlib
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -39,6 +59,12 @@ _DTYPES = {torch.float16: "float16", torch.float32: "float32"}
 # config fields that name where a model came from, not what it computes
 _PROVENANCE_KEYS = {"_name_or_path", "transformers_version", "architectures", "torch_dtype", "dtype",
                     "_attn_implementation", "_attn_implementation_autoset", "_commit_hash"}
+# a file younger than this is never an orphan: it covers the instant between a writer creating its temp file and
+# locking it, and a writer of an older version of this module (no locks) between publishing its .bin and .json
+ORPHAN_GRACE_S = 60.0
+# where flock is not supported (some network file systems) a temp file is an orphan only after this long untouched
+ORPHAN_AGE_S = 24 * 3600.0
+_LOCK = ".lock"
 
 
 def model_fingerprint(model: torch.nn.Module) -> str:
@@ -65,7 +91,7 @@ class StoreStats:
     hits: int = 0  # lookups that found an entry (on a read: found and crc-verified)
     misses: int = 0  # lookups that did not (absent, truncated, or corrupt)
     computed: int = 0  # entries computed with the model (misses and rebuilds)
-    rebuilt: int = 0  # entries found corrupt or unreadable on read, recomputed and rewritten
+    rebuilt: int = 0  # entries found corrupt or gone on read, recomputed and rewritten
     reads: int = 0  # entries read from disk
     bytes_read: int = 0
     bytes_written: int = 0
@@ -80,14 +106,59 @@ class StoreStats:
         return self.hits / n if n else float("nan")
 
 
+@contextmanager
+def _flock(path: Path, blocking: bool = True) -> Iterator[bool]:
+    """Exclusive flock on `path` (created if needed) for the block; yields False if busy and not `blocking`."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def _writer_gone(path: Path, now: float) -> bool:
+    """True if `path` (a temp file) belongs to no live writer: older than the grace period and its flock is free
+    (a writer holds it until the file has its final name; the kernel releases it when the writer dies)."""
+    try:
+        age = now - path.stat().st_mtime
+        fd = os.open(path, os.O_RDWR)  # O_RDWR: NFS emulates flock with byte-range locks, which need it
+    except OSError:
+        return False
+    try:
+        if age < ORPHAN_GRACE_S:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False  # a live writer
+        except OSError:  # no flock on this file system: only age can tell
+            return age > ORPHAN_AGE_S
+        return True
+    finally:
+        os.close(fd)
+
+
 class _ShardWriter:
-    """Streams entries into one temp .bin, then publishes .bin and .json atomically (in that order)."""
+    """Streams entries into one temp .bin (flock-held, so no cleaner takes it for an orphan), then publishes
+    .bin and .json atomically, in that order (the caller holds the store lock)."""
 
     def __init__(self, root: Path):
         self.root = root
         self.name = f"shard-{uuid.uuid4().hex}"
         self.tmp = root / f"{self.name}.bin.tmp"
         self.f = open(self.tmp, "wb")
+        try:
+            fcntl.flock(self.f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            pass  # no flock here: the age rule protects the file
         self.entries: dict[str, list] = {}
         self.nbytes = 0
 
@@ -97,26 +168,25 @@ class _ShardWriter:
         self.entries[key] = [self.nbytes, list(arr.shape), str(arr.dtype), zlib.crc32(data)]
         self.nbytes += len(data)
 
-    def commit(self) -> Path | None:
-        """Publish the shard; returns its .json path (None, and nothing left behind, when empty)."""
-        if not self.entries:
+    def commit(self, entries: dict[str, list] | None = None) -> bool:
+        """Publish the shard indexing `entries` (default: all added); False, and nothing left behind, if none."""
+        entries = self.entries if entries is None else entries
+        if not entries:
             self.abort()
-            return None
+            return False
         self.f.flush()
         os.fsync(self.f.fileno())
+        os.replace(self.tmp, self.root / f"{self.name}.bin")  # renamed while still locked
         self.f.close()
-        os.replace(self.tmp, self.root / f"{self.name}.bin")
-        index = {"format": FORMAT, "created_ns": time.time_ns(), "bin_bytes": self.nbytes,
-                 "entries": self.entries}
+        index = {"format": FORMAT, "created_ns": time.time_ns(), "bin_bytes": self.nbytes, "entries": entries}
         jtmp = self.root / f"{self.name}.json.tmp"
         with open(jtmp, "w") as f:
             json.dump(index, f, separators=(",", ":"))
             f.flush()
             os.fsync(f.fileno())
-        path = self.root / f"{self.name}.json"
-        os.replace(jtmp, path)
+        os.replace(jtmp, self.root / f"{self.name}.json")
         _fsync_dir(self.root)
-        return path
+        return True
 
     def abort(self) -> None:
         self.f.close()
@@ -135,6 +205,13 @@ def _fsync_dir(path: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
 
 
 def _num_states(model: torch.nn.Module) -> int | None:
@@ -182,10 +259,11 @@ def batched_hidden_states(model: torch.nn.Module, examples: Sequence[dict], idxs
 
 
 class ActivationStore:
-    """Content-addressed, memory-mapped store of per-example hidden states (see the module docstring)."""
+    """Content-addressed, memory-mapped store of per-example hidden states (see the module docstring).
+    `maintain=False` opens without side effects (no salvage, no orphan removal): what `--check` uses."""
 
     def __init__(self, root: str | Path, dtype: torch.dtype = torch.float16,
-                 max_shard_bytes: int = 1 << 30):
+                 max_shard_bytes: int = 1 << 30, *, maintain: bool = True):
         if dtype not in _DTYPES:
             raise ValueError(f"store dtype must be torch.float16 or torch.float32, got {dtype}")
         self.root = Path(root)
@@ -193,49 +271,128 @@ class ActivationStore:
         self.dtype = dtype
         self.np_dtype = np.dtype(_DTYPES[dtype])
         self.max_shard_bytes = max_shard_bytes  # roll to a new shard past this, so no file grows unbounded
+        self.maintain = maintain
         self.stats = StoreStats()
-        self._shards: list[str] = []  # shard names; entries refer to them by position
-        self._known: set[str] = set()
+        self._mutex = threading.RLock()  # the store lock is one flock per process; threads queue here
+        self._depth = 0
+        self._unfixable: set[str] = set()  # damaged shards that could not be quarantined (warned once)
+        self._reset()
+        self.refresh()
+        if maintain:
+            self._clean_orphans()
+
+    def _reset(self) -> None:
+        self._shards: list[str] = []  # loaded shard names; entries refer to them by position
+        self._sid: dict[str, int] = {}
+        self._known: set[str] = set()  # loaded, or unreadable (never parsed twice)
+        self._counts: dict[str, tuple[int, int]] = {}  # shard -> (entries in its index, entries past its .bin end)
+        self._damaged: dict[str, str] = {}  # shard -> why, until salvaged (left in place: read-only, maintain=False)
         # key -> (shard position, offset, shape, dtype, crc32); a plain dict: ~200 B per entry
         self._index: dict[str, tuple[int, int, tuple[int, ...], str, int]] = {}
-        self._maps: dict[int, np.memmap] = {}
-        self.refresh()
+        self._maps: dict[int, np.memmap] = {}  # arrays already handed out keep their own map alive
+
+    # ---- locks -------------------------------------------------------------------------------------
+    @contextmanager
+    def _locked(self, blocking: bool = True) -> Iterator[bool]:
+        """The store lock (reentrant within this object): held to publish, salvage, clean and compact."""
+        if not self._mutex.acquire(blocking):
+            yield False
+            return
+        try:
+            if self._depth:
+                self._depth += 1
+                try:
+                    yield True
+                finally:
+                    self._depth -= 1
+                return
+            with _flock(self.root / _LOCK, blocking) as got:
+                self._depth = int(got)
+                try:
+                    yield got
+                finally:
+                    self._depth = 0
+        finally:
+            self._mutex.release()
+
+    def _request_lock(self, keys: Sequence[str]):
+        """Serializes writers that miss the same keys: the second finds them stored when it gets the lock."""
+        h = hashlib.sha256("\n".join(sorted(keys)).encode()).hexdigest()[:32]
+        (self.root / "locks").mkdir(exist_ok=True)
+        return _flock(self.root / "locks" / f"{h}.lock")
 
     # ---- index -------------------------------------------------------------------------------------
-    def refresh(self) -> int:
-        """Load shard indexes not seen yet (e.g. written by another process); returns how many were added.
-        Shards apply oldest first, so the newest copy of a key wins (that is how a rebuild supersedes)."""
-        found = []
-        for jp in self.root.glob("shard-*.json"):
-            if jp.stem in self._known:
-                continue
-            try:
-                meta = json.loads(jp.read_text())
-                entries = meta["entries"]
-            except (OSError, ValueError, KeyError) as e:
-                log.warning("activation store: ignoring unreadable index %s (%s)", jp, e)
-                continue
-            found.append((meta.get("created_ns", 0), jp.stem, entries))
-        for _, name, entries in sorted(found):
-            self._add_shard(name, entries)
-        return len(found)
+    def refresh(self, repair: bool = True) -> int:
+        """Bring the index up to date with the shards on disk (published, quarantined or compacted by any process);
+        returns how many shards were loaded. Shards apply oldest first, so the newest copy of a key wins. A shard
+        found damaged here (unreadable index, missing or truncated .bin) is salvaged when `repair` and the store
+        maintains itself; otherwise it is only recorded (`summary()` counts it) and its readable entries are used."""
+        loaded, damaged = 0, {}
+        for _ in range(3):  # again if a shard vanished while we read (a concurrent compaction)
+            names = {p.name[:-5] for p in self.root.glob("shard-*.json")}
+            if not names.issuperset(self._shards):
+                self._reset()  # shards were removed: rebuild the index from what is there now
+            found, vanished = [], False
+            for name in names - self._known:
+                try:
+                    meta = json.loads((self.root / f"{name}.json").read_text())
+                    entries = meta["entries"]
+                    if not isinstance(entries, dict):
+                        raise TypeError(f"entries is a {type(entries).__name__}, not a dict")
+                except FileNotFoundError:
+                    vanished = True
+                    continue
+                except (OSError, ValueError, KeyError, TypeError) as e:
+                    self._known.add(name)
+                    damaged[name] = f"unreadable index: {e}"
+                    continue
+                found.append((meta.get("created_ns", 0), name, entries))
+            for _, name, entries in sorted(found):
+                why = self._add_shard(name, entries)
+                if why == "vanished":
+                    vanished = True
+                elif why:
+                    damaged[name] = why
+                loaded += why != "vanished"
+            if not vanished:
+                break
+        self._damaged.update(damaged)
+        if repair and self.maintain:
+            for name, why in list(self._damaged.items()):
+                if name in self._unfixable:
+                    continue
+                try:
+                    self._salvage(name, None, why)
+                except OSError as e:  # e.g. a read-only root: use what is readable
+                    self._unfixable.add(name)
+                    log.warning("activation store: %s is damaged (%s) and cannot be quarantined (%s)",
+                                self.root / name, why, e)
+        return loaded
 
-    def _add_shard(self, name: str, entries: dict[str, list]) -> None:
+    def _add_shard(self, name: str, entries: dict[str, list]) -> str | None:
+        """Index a shard; returns why it is damaged, "vanished" if it was removed meanwhile, else None."""
         binp = self.root / f"{name}.bin"
-        size = binp.stat().st_size if binp.is_file() else -1
+        try:
+            size = binp.stat().st_size
+        except FileNotFoundError:
+            if not (self.root / f"{name}.json").exists():
+                return "vanished"  # compaction unlinks the .json before the .bin
+            size = -1
         self._known.add(name)
         sid = len(self._shards)
         self._shards.append(name)
-        dropped = 0
+        self._sid[name] = sid
+        short = 0
         for key, (off, shape, dt, crc) in entries.items():
             shape = tuple(shape)
             if off + math.prod(shape) * np.dtype(dt).itemsize > size:
-                dropped += 1  # missing or truncated .bin: treat the entry as never stored
+                short += 1  # past the end of the .bin: never stored
                 continue
             self._index[key] = (sid, off, shape, dt, crc)
-        if dropped:
-            log.warning("activation store: %s is missing or truncated; %d of %d entries ignored",
-                        binp, dropped, len(entries))
+        self._counts[name] = (len(entries), short)
+        if short:
+            return f"{'missing' if size < 0 else 'truncated'} .bin: {short} of {len(entries)} entries unreadable"
+        return None
 
     def __len__(self) -> int:
         return len(self._index)
@@ -245,13 +402,16 @@ class ActivationStore:
 
     def disk_bytes(self) -> int:
         """Bytes of the .bin files this store indexes (what the paper's 'storage' counts on disk)."""
-        return sum((self.root / f"{n}.bin").stat().st_size for n in self._shards
-                   if (self.root / f"{n}.bin").is_file())
+        return sum(_size(self.root / f"{n}.bin") for n in self._shards)
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state["_maps"] = {}  # memmaps would pickle as full copies; a DataLoader worker reopens its own
+        del state["_mutex"]
         return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state, _mutex=threading.RLock(), _depth=0)
 
     # ---- keys --------------------------------------------------------------------------------------
     def _example_hash(self, fp: str, ex: dict, tokenizer_key: str, max_length: int, select: str):
@@ -309,33 +469,40 @@ class ActivationStore:
             base = self._example_hash(fp, ex, tokenizer_key, max_length, select)
             keys.append([self._layer_key(base, k) for k in layer_list])
 
-        if any(k not in self._index for row in keys for k in row):
-            self.refresh()  # another process may have computed them meanwhile
-        need: dict[int, list[int]] = {}  # example -> positions in layer_list to compute
-        pending: set[str] = set()
-        for i, row in enumerate(keys):
-            for j, key in enumerate(row):
-                if key in self._index:
-                    self.stats.hits += 1
-                else:
-                    self.stats.misses += 1
-                    if key not in pending:  # duplicate examples are computed once
-                        pending.add(key)
-                        need.setdefault(i, []).append(j)
-
         view = LayerStates(self, model, examples, layer_list, keys, select, fp if model_key is None else None,
                            batch_size, device)
-        if need:
-            self._compute(view, need)
+        if any(k not in self._index for row in keys for k in row):
+            self.refresh()  # another process may have computed them meanwhile
+        need = self._missing(keys)
+        pending = [keys[i][j] for i, js in need.items() for j in js]
+        with self._request_lock(pending) if need else nullcontext():
+            if need and self.refresh():  # a writer of the same keys finished while we waited
+                need = self._missing(keys)
+            misses = sum(k not in self._index for row in keys for k in row)
+            self.stats.misses += misses
+            self.stats.hits += sum(map(len, keys)) - misses
+            if need:
+                self._publish(self._fill(_ShardWriter(self.root), view, need))
         return view
 
-    def _compute(self, view: LayerStates, need: dict[int, list[int]]) -> dict[tuple[int, int], np.ndarray]:
-        """Compute the (example, layer position) entries in `need`, write them to new shard(s), index them.
-        Returns the arrays only for small requests (rebuilds), to avoid holding a big computation in RAM."""
-        keep = sum(map(len, need.values())) <= 64
-        kept: dict[tuple[int, int], np.ndarray] = {}
+    def _missing(self, keys: list[list[str]]) -> dict[int, list[int]]:
+        """example -> positions in its key row that are not stored (a key repeated in the request: once)."""
+        need: dict[int, list[int]] = {}
+        seen: set[str] = set()
+        for i, row in enumerate(keys):
+            for j, key in enumerate(row):
+                if key not in self._index and key not in seen:
+                    seen.add(key)
+                    need.setdefault(i, []).append(j)
+        return need
+
+    def _fill(self, writer: _ShardWriter, view: LayerStates, need: dict[int, list[int]],
+              replaces: frozenset[str] = frozenset()) -> _ShardWriter:
+        """Compute the (example, layer position) entries in `need` into `writer`, publishing it and starting a new
+        one past max_shard_bytes; returns the last writer, unpublished (the caller publishes it)."""
+        if not need:
+            return writer
         idxs = sorted(need, key=lambda i: -len(view.examples[i]["input_ids"]))  # similar lengths pad less
-        writer = _ShardWriter(self.root)
         try:
             batches = batched_hidden_states(view.model, view.examples, idxs, view.batch_size, view.device)
             for bidx, hs, lens in batches:
@@ -347,24 +514,100 @@ class ActivationStore:
                         writer.add(view.keys[i][j], arr)
                         self.stats.computed += 1
                         self.stats.bytes_written += arr.nbytes
-                        if keep:
-                            kept[i, j] = arr
                 if writer.nbytes >= self.max_shard_bytes:
-                    self._publish(writer)
+                    self._publish(writer, replaces)
                     writer = _ShardWriter(self.root)
         except BaseException:
             try:  # keep finished work (e.g. an interrupted 10k-example pass)
-                self._publish(writer)
+                self._publish(writer, replaces)
             except Exception:
                 writer.abort()
             raise
-        self._publish(writer)
-        return kept
+        return writer
 
-    def _publish(self, writer: _ShardWriter) -> None:
-        path = writer.commit()
-        if path is not None:
-            self._add_shard(writer.name, writer.entries)
+    def _publish(self, writer: _ShardWriter, replaces: frozenset[str] = frozenset()) -> None:
+        """Publish under the store lock, indexing only keys that no other shard (except `replaces`) holds now:
+        what a concurrent writer stored meanwhile stays dead bytes in this .bin until `compact()`."""
+        with self._locked():
+            self.refresh(repair=False)
+            fresh = {k: v for k, v in writer.entries.items()
+                     if k not in self._index or self._shards[self._index[k][0]] in replaces}
+            if writer.commit(fresh):
+                self._add_shard(writer.name, fresh)
+
+    # ---- damage ------------------------------------------------------------------------------------
+    def _salvage(self, name: str, view: LayerStates | None, why: str) -> None:
+        """Replace a damaged shard, once for all processes: its intact entries are copied (crc-verified) into a new
+        shard, with the bad ones `view` requested recomputed by its model, then the shard is quarantined."""
+        with self._locked():
+            self.refresh(repair=False)
+            if not (self.root / f"{name}.json").exists():
+                return  # another process salvaged it first
+            sid = self._sid.get(name)
+            own = sorted((e[1], k) for k, e in self._index.items() if e[0] == sid) if sid is not None else []
+            writer, bad = _ShardWriter(self.root), []
+            for _, key in own:
+                raw = self._raw(self._index[key])
+                if isinstance(raw, str):
+                    bad.append(key)
+                else:
+                    _, _, shape, dt, _ = self._index[key]
+                    writer.add(key, raw.view(dt).reshape(shape))
+            need: dict[int, list[int]] = {}
+            if view is not None and bad:
+                where = {k: (i, j) for i, row in enumerate(view.keys) for j, k in enumerate(row)}
+                for key in bad:
+                    if key in where:
+                        need.setdefault(where[key][0], []).append(where[key][1])
+            kept, rebuilt = len(own) - len(bad), sum(map(len, need.values()))
+            n, short = self._counts.get(name, (0, 0))
+            self._publish(self._fill(writer, view, need, frozenset({name})), frozenset({name}))
+            self._quarantine(name)
+            self.stats.rebuilt += rebuilt
+            log.warning("activation store: %s is damaged (%s); %d of its %d entries unusable: %d recomputed now, "
+                        "%d left to recompute when next requested; %d intact entries moved to a new shard; "
+                        "quarantined as %s.*.bad", self.root / name, why, len(bad) + short, n, rebuilt,
+                        len(bad) + short - rebuilt, kept, name)
+
+    def _quarantine(self, name: str) -> None:
+        for ext in ("json", "bin"):  # the index first: once it is gone no process loads the shard
+            try:
+                os.replace(self.root / f"{name}.{ext}", self.root / f"{name}.{ext}.bad")
+            except FileNotFoundError:
+                pass
+        _fsync_dir(self.root)
+        self._damaged.pop(name, None)
+        self.refresh(repair=False)
+
+    def _heal(self, view: LayerStates, i: int, j: int) -> tuple[np.ndarray, bool]:
+        """Entry (i, j) of `view` could not be read: under the store lock, read it again (another process may have
+        repaired it), else salvage its shard or, if it is gone, recompute every entry of `view` that is gone.
+        Returns the entry and whether it was recomputed."""
+        key = view.keys[i][j]
+        with self._locked():
+            self.refresh(repair=False)
+            got = self._read(key)
+            if isinstance(got, np.ndarray):
+                return got, False
+            if view.model is None:
+                raise RuntimeError(f"stored entry (example {i}, layer {view.layers[j]}) is unusable ({got}) and "
+                                   "this unpickled view holds no model to rebuild it")
+            if view._fingerprint is not None and model_fingerprint(view.model) != view._fingerprint:
+                raise RuntimeError("the model changed since hidden_states(); cannot rebuild a stored entry with it")
+            e = self._index.get(key)
+            if e is not None:
+                self._salvage(self._shards[e[0]], view, got)
+            else:
+                need = self._missing(view.keys)
+                n = sum(map(len, need.values()))
+                log.warning("activation store: %d entries of this view are no longer stored; recomputing them", n)
+                self._publish(self._fill(_ShardWriter(self.root), view, need))
+                self.stats.rebuilt += n
+            got = self._read(key)
+        if not isinstance(got, np.ndarray):
+            raise RuntimeError(f"stored entry (example {i}, layer {view.layers[j]}) is still unusable after "
+                               f"rebuilding it ({got})")
+        return got, True
 
     # ---- reads -------------------------------------------------------------------------------------
     def _map(self, sid: int) -> np.memmap:
@@ -376,30 +619,166 @@ class ActivationStore:
             self._maps[sid] = mm
         return mm
 
-    def _read(self, key: str) -> np.ndarray | str:
-        """The entry as a read-only array view into its shard, or a string saying why it is unusable."""
-        e = self._index.get(key)
-        if e is None:
-            return "not in the index"
+    def _raw(self, e: tuple) -> np.ndarray | str:
+        """An index entry's crc-verified bytes (a view into its shard), or a string saying why it is unusable."""
         sid, off, shape, dt, crc = e
         n = math.prod(shape) * np.dtype(dt).itemsize
         try:
             mm = self._map(sid)
-        except (OSError, ValueError) as err:
+        except (FileNotFoundError, ValueError) as err:  # gone, or empty; other OSErrors (EMFILE...) are no damage
             return f"shard {self._shards[sid]}.bin cannot be opened ({err})"
         if off + n > mm.shape[0]:
             return f"shard {self._shards[sid]}.bin is truncated"
         raw = mm[off: off + n]
         if zlib.crc32(raw) != crc:
             return f"crc32 mismatch in shard {self._shards[sid]}.bin at offset {off}"
+        return raw
+
+    def _read(self, key: str) -> np.ndarray | str:
+        """The entry as a read-only array view into its shard, or a string saying why it is unusable."""
+        e = self._index.get(key)
+        if e is None:
+            return "not in the index"
+        raw = self._raw(e)
+        if isinstance(raw, str):
+            return raw
         self.stats.reads += 1
-        self.stats.bytes_read += n
-        return raw.view(dt).reshape(shape)
+        self.stats.bytes_read += raw.shape[0]
+        return raw.view(e[3]).reshape(e[2])
+
+    # ---- maintenance -------------------------------------------------------------------------------
+    def _orphans(self) -> tuple[list[Path], list[Path]]:
+        """(orphans, files being written): temp files and unindexed .bin files, split by whether a writer lives."""
+        now, orphans, writing = time.time(), [], []
+        for p in sorted(self.root.glob("shard-*.tmp")):
+            (orphans if _writer_gone(p, now) else writing).append(p)
+        for p in sorted(self.root.glob("shard-*.bin")):
+            if not p.with_suffix(".json").exists():  # a writer died between its .bin and its .json
+                try:
+                    old = now - p.stat().st_mtime >= ORPHAN_GRACE_S
+                except FileNotFoundError:
+                    continue
+                (orphans if old else writing).append(p)
+        return orphans, writing
+
+    def _clean_orphans(self) -> list[Path]:
+        """Remove what killed writers left behind; skipped (not waited for) while another process holds the lock,
+        since publishing an unindexed .bin's index happens under it."""
+        try:
+            with self._locked(blocking=False) as got:
+                if not got:
+                    return []
+                orphans = self._orphans()[0]
+                for p in orphans:
+                    p.unlink(missing_ok=True)
+        except OSError as e:  # read-only root
+            log.debug("activation store: cannot clean orphans in %s (%s)", self.root, e)
+            return []
+        if orphans:
+            log.info("activation store: removed %d orphan file(s) of killed writers from %s", len(orphans), self.root)
+        return orphans
+
+    def _live(self, verify: bool) -> tuple[list[tuple[str, tuple]], list[str]]:
+        """(key, index entry) of every live entry in shard and offset order, and the shards of those that failed
+        their crc32 (once per failed entry)."""
+        live, corrupt = [], []
+        for key, e in sorted(self._index.items(), key=lambda kv: (kv[1][0], kv[1][1])):
+            if verify and isinstance(self._raw(e), str):
+                corrupt.append(self._shards[e[0]])
+            else:
+                live.append((key, e))
+        return live, corrupt
+
+    def summary(self, verify: bool = True) -> dict[str, Any]:
+        """What the root holds. bytes = live_bytes + dead_bytes + index_bytes (+ writing_bytes of live writers);
+        dead bytes are duplicate or superseded copies, corrupt or truncated entries, quarantined shards and
+        orphans. With `verify`, every live entry's crc32 is checked (a corrupt one counts as dead). Damaged shards
+        hold a corrupt or truncated entry, or have an unreadable index."""
+        return self._survey(verify)[0]
+
+    def _survey(self, verify: bool) -> tuple[dict[str, Any], list[tuple[str, tuple]]]:
+        self.refresh(repair=False)
+        live, corrupt = self._live(verify)
+        live_bytes = sum(math.prod(e[2]) * np.dtype(e[3]).itemsize for _, e in live)
+        bin_bytes = self.disk_bytes()
+        index_bytes = sum(_size(self.root / f"{n}.json") for n in self._shards)
+        unreadable = [n for n in self._damaged if n not in self._sid]
+        quarantined = sorted(self.root.glob("shard-*.bad"))
+        orphans, writing = self._orphans()
+        dead = (bin_bytes - live_bytes + sum(map(_size, quarantined + orphans))
+                + sum(_size(self.root / f"{n}.{x}") for n in unreadable for x in ("json", "bin")))
+        in_range = sum(n - short for n, short in self._counts.values())
+        quarantined_shards = {p.name.split(".")[0] for p in quarantined}
+        return {"root": str(self.root), "shards": len(self._shards), "entries": len(live),
+                "live_bytes": live_bytes, "dead_bytes": dead, "index_bytes": index_bytes,
+                "bytes": live_bytes + dead + index_bytes, "writing_bytes": sum(map(_size, writing)),
+                "duplicate_entries": in_range - len(self._index), "corrupt_entries": len(corrupt),
+                "truncated_entries": sum(short for _, short in self._counts.values()),
+                "damaged_shards": len({*self._damaged, *corrupt}), "quarantined_shards": len(quarantined_shards),
+                "orphan_files": len(orphans), "verified": verify}, live
+
+    def compact(self) -> dict[str, Any]:
+        """Rewrite the live, crc-verified entries into as few shards as max_shard_bytes allows and drop everything
+        else (duplicates, superseded copies, corrupt entries, damaged and quarantined shards, orphans). The new
+        shards are fsynced and published first (they are the newest, so they win), then the old indexes are
+        unlinked, then the old .bin files: a crash leaves a consistent store, and a reader that opened before keeps
+        reading valid data. Holds the store lock (writers wait to publish; readers never wait).
+        Returns {"before": summary, "after": summary, "rewritten": bool}."""
+        with self._locked():
+            before, live = self._survey(verify=True)
+            if (before["dead_bytes"] == 0 and not before["damaged_shards"]
+                    and before["shards"] <= 1 + before["live_bytes"] // self.max_shard_bytes):
+                return {"before": before, "after": before, "rewritten": False}
+            old = [self.root / f"{n}.{x}" for n in [*self._shards, *self._damaged] for x in ("json", "bin")]
+            junk = sorted(self.root.glob("shard-*.bad")) + self._orphans()[0]
+            writer = _ShardWriter(self.root)
+            try:  # a failure here leaves the old shards in charge and some new ones duplicating them: consistent
+                for key, e in live:
+                    raw = self._raw(e)  # verified again: what is written is what was checked
+                    if isinstance(raw, str):
+                        continue
+                    writer.add(key, raw.view(e[3]).reshape(e[2]))
+                    if writer.nbytes >= self.max_shard_bytes:
+                        writer.commit()
+                        writer = _ShardWriter(self.root)
+                writer.commit()
+            except BaseException:
+                writer.abort()
+                raise
+            for p in old:  # .json first (all of them), so no reader loads an index whose .bin is gone
+                if p.suffix == ".json":
+                    p.unlink(missing_ok=True)
+            _fsync_dir(self.root)
+            for p in [q for q in old if q.suffix != ".json"] + junk:
+                p.unlink(missing_ok=True)
+            self._clean_locks()
+            _fsync_dir(self.root)
+            self._reset()
+            self.refresh(repair=False)
+            after = self.summary(verify=False)
+        log.info("activation store: compacted %s: %d -> %d shards, %d -> %d bytes", self.root, before["shards"],
+                 after["shards"], before["bytes"], after["bytes"])
+        return {"before": before, "after": after, "rewritten": True}
+
+    def _clean_locks(self) -> None:
+        """Remove request-lock files nobody holds that are a day old (a rare race merely costs a duplicate
+        computation, which publishing drops)."""
+        now = time.time()
+        for p in (self.root / "locks").glob("*.lock"):
+            try:
+                if now - p.stat().st_mtime < ORPHAN_AGE_S:
+                    continue
+                with _flock(p, blocking=False) as got:
+                    if got:
+                        p.unlink(missing_ok=True)
+            except OSError:
+                continue
 
 
 class LayerStates:
     """Lazy view over the stored states of one `hidden_states` call. Each read is crc-verified; a bad entry is
-    recomputed with the model held here and rewritten, so corrupt data is never returned."""
+    recomputed with the model held here (with every other bad entry of its shard this view asked for) and
+    rewritten, so corrupt data is never returned."""
 
     def __init__(self, store: ActivationStore, model: torch.nn.Module, examples: Sequence[dict],
                  layers: list[int], keys: list[list[str]], select: str, fingerprint: str | None,
@@ -430,22 +809,19 @@ class LayerStates:
             raise KeyError(f"layer {layer} was not requested (have {self.layers})") from None
 
     def _get(self, i: int, j: int) -> np.ndarray:
-        """Entry (example i, layer position j); read-only numpy (a memmap view unless it was rebuilt)."""
+        """Entry (example i, layer position j); a read-only numpy view into its shard."""
         st = self.store
         got = st._read(self.keys[i][j])
-        if isinstance(got, np.ndarray):
+        if not isinstance(got, np.ndarray) and st.refresh():
+            got = st._read(self.keys[i][j])  # another process replaced its shard (salvage, compaction)
+        rebuilt = False
+        if not isinstance(got, np.ndarray):
+            got, rebuilt = st._heal(self, i, j)
+        if rebuilt:
+            st.stats.misses += 1
+        else:
             st.stats.hits += 1
-            return got
-        st.stats.misses += 1
-        if self.model is None:
-            raise RuntimeError(f"stored entry (example {i}, layer {self.layers[j]}) is unusable ({got}) and "
-                               "this unpickled view holds no model to rebuild it")
-        log.warning("activation store: rebuilding entry (example %d, layer %d): %s", i, self.layers[j], got)
-        if self._fingerprint is not None and model_fingerprint(self.model) != self._fingerprint:
-            raise RuntimeError("the model changed since hidden_states(); cannot rebuild a stored entry with it")
-        arr = st._compute(self, {i: [j]})[i, j]
-        st.stats.rebuilt += 1
-        return arr
+        return got
 
     def _index(self, i: int) -> int:
         n = len(self.examples)
@@ -493,3 +869,52 @@ class _LayerView:
 
     def __iter__(self) -> Iterator[torch.Tensor]:
         return (self[i] for i in range(len(self)))
+
+
+_ROWS = (("shards", "shards"), ("entries", "entries"), ("live bytes", "live_bytes"), ("dead bytes", "dead_bytes"),
+         ("index bytes", "index_bytes"), ("total bytes", "bytes"), ("duplicate entries", "duplicate_entries"),
+         ("corrupt entries", "corrupt_entries"), ("truncated entries", "truncated_entries"),
+         ("damaged shards", "damaged_shards"), ("quarantined shards", "quarantined_shards"),
+         ("orphan files", "orphan_files"))
+
+
+def format_summary(*columns: tuple[str, dict]) -> str:
+    """A plain-text table of `summary()` dicts, one column each."""
+    lines = [f"{'':20}" + "".join(f"{name:>16}" for name, _ in columns)]
+    lines += [f"{label:20}" + "".join(f"{s[key]:>16,}" for _, s in columns) for label, key in _ROWS]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from experiments.assets import cache_dir
+
+    p = argparse.ArgumentParser(prog="python -m experiments.store", description="Check or compact an activation store.")
+    p.add_argument("--dir", type=Path, default=None,
+                   help="the store's root (default: $STRATA_CACHE/activations, the one the suite uses)")
+    mode = p.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--check", action="store_true",
+                      help="verify every entry's crc32 and print a summary; changes nothing; exit 1 on damage")
+    mode.add_argument("--compact", action="store_true",
+                      help="rewrite the live entries into few shards, drop dead data, print the summary before/after")
+    args = p.parse_args(argv)
+    root = args.dir if args.dir is not None else cache_dir() / "activations"
+    if not root.is_dir():
+        p.error(f"--dir {root}: no such directory (pass --dir, or set STRATA_CACHE to the suite's cache)")
+    # maintain=False: opening changes nothing, so --check reports the store as it is and --compact's "before" too
+    store = ActivationStore(root, maintain=False)
+    if args.check:
+        s = store.summary(verify=True)
+        print(f"activation store {root} (every entry's crc32 verified)\n{format_summary(('', s))}")
+        damage = s["corrupt_entries"] + s["truncated_entries"] + s["damaged_shards"]
+        if damage:
+            print("damage found: `--compact` drops it; the lost entries are recomputed when next requested")
+        return 1 if damage else 0
+    res = store.compact()
+    print(f"activation store {root}\n{format_summary(('before', res['before']), ('after', res['after']))}")
+    if not res["rewritten"]:
+        print("already compact: nothing rewritten")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

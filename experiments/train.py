@@ -1,6 +1,7 @@
-"""One plain-torch fine-tuning loop: AdamW, linear warmup then linear decay, gradient accumulation, early stopping
-on the dev objective (the best weights are restored), a progress bar and per-step timing. It is the "Full"
-baseline every paper compares against, and methods reuse it by passing a model whose frozen parts need no grad."""
+"""One plain-torch fine-tuning loop: AdamW, linear warmup then linear decay (experiments.optim), gradient
+accumulation, early stopping on the dev objective (the best weights are restored), a progress bar and per-step timing.
+It is the "Full" baseline every paper compares against, and methods reuse it by passing a model whose frozen parts
+need no grad."""
 from __future__ import annotations
 
 import logging
@@ -14,6 +15,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from experiments.optim import adamw, linear_schedule, warmup_steps
 from experiments.timing import StepTimer
 
 log = logging.getLogger(__name__)
@@ -30,23 +32,6 @@ class FitResult:
     stopped_early: bool
     data_s: float = 0.0  # time spent producing batches (tokenized padding, or reading a cache)
     history: list[dict] = field(default_factory=list)
-
-
-def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """No decay on biases and normalisation weights (BERT's recipe)."""
-    decay, no_decay = [], []
-    for name, p in model.named_parameters():
-        if p.requires_grad:
-            (no_decay if p.ndim < 2 or "norm" in name.lower() else decay).append(p)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-
-
-def linear_schedule(optimizer, warmup: int, total: int) -> torch.optim.lr_scheduler.LambdaLR:
-    def factor(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / (warmup + 1)
-        return max(0.0, (total - step) / max(1, total - warmup))
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
 def total_steps(n_batches: int, cfg) -> int:
@@ -66,9 +51,8 @@ def fit(model: nn.Module, batches: Callable[[int], Iterable[dict]], n_batches: i
     model.to(device)
     steps_total = total_steps(n_batches, cfg)
     eval_every = cfg.eval_every or max(1, n_batches // cfg.grad_accum)
-    # fused AdamW: one kernel for all parameters; on a 2-core CPU ~6x faster than foreach for MiniLM's 22.7M
-    opt = torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.lr, fused=device.type in ("cpu", "cuda"))
-    sched = linear_schedule(opt, int(cfg.warmup_ratio * steps_total), steps_total)
+    opt = adamw(model, cfg.lr, cfg.weight_decay, device)
+    sched = linear_schedule(opt, warmup_steps(cfg.warmup_ratio, steps_total), steps_total)
     autocast = _autocast(device, precision)
     timer = StepTimer(device)
     best, best_score, best_state, best_step, bad_evals = {}, None, None, 0, 0

@@ -1,28 +1,33 @@
-"""python -m intrinsic_dim.bench [--quick]: estimator and extraction speed, measured side by side in one process.
+"""method=intrinsic_dim_bench: estimator and extraction speed, measured side by side in one process.
+
+    python -m experiments.run experiment=intrinsic_dim/bench        (smollm2-135m; needs `make assets`)
 
 1. TwoNN over 31 layers x 2000 points x d=576 (float64; smollm2-135m's shape): ours vs scikit-dimension's
    TwoNN(discard_fraction=0.1), interleaved, plus the N x N x D Gram product alone in float64 and float32 (the
    floors of skdim and of our candidate search), and the largest relative difference of the estimates.
-2. Extraction of smollm2-135m hidden states in fp32 (needs `make assets`): our path (backbone only, no LM head,
+2. Extraction of `model=`'s hidden states in fp32 over ICL-1 prompts of `task=`: our path (backbone only, no LM head,
    length-sorted right-padded batches: what the activation store runs) vs the official recipe (the full causal LM
    with its vocabulary projection at every position, left-padded batches in data order), real (non-pad) tokens/s.
    Also how far bf16 (autocast, and bf16 weights) moves the last-token states (why extraction stays fp32).
 3. On CUDA: one Llama-scale layer's TwoNN (N=5000, D=4096).
-Writes results/intrinsic_dim/benchmark.{json,md}."""
+Writes <results_dir>/intrinsic_dim/benchmark.{json,md} besides the run record; the shapes are method fields
+(intrinsic_dim/config.py IntrinsicDimBenchConfig)."""
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 from pathlib import Path
 
 import numpy as np
 import torch
+from omegaconf import DictConfig
 
+from experiments.context import RunContext
+from experiments.data import load_rows
+from experiments.models import load_causal_lm, tokenizer_fingerprint
+from experiments.results import write_json
 from experiments.timing import device_name, interleaved, summarize
 from intrinsic_dim import estimators as E
-
-OUT = Path("results/intrinsic_dim")
+from intrinsic_dim import prompts as P
 
 
 def layers(n_layers: int, n: int, d: int, seed: int = 0) -> list[np.ndarray]:
@@ -59,28 +64,31 @@ def bench_estimator(n_layers: int, n: int, d: int, repeats: int) -> dict:
             "mean_id": float(np.mean(ours)), "timing": s}
 
 
-def prompts_for_extraction(n: int) -> list[str]:
-    from experiments.assets import require
-    from intrinsic_dim import prompts as P
-    rows = [json.loads(line) for line in open(require("data", "rt-polarity") / "train.jsonl")][:n + 1000]
-    items = P.render("rt-polarity", rows)
-    return P.build("icl", 1, items[1000:1000 + n], items[:1000], seed=42)  # ICL-1: ~75 tokens, varied lengths
+def prompts_for_extraction(cfg: DictConfig, n: int) -> list[str]:
+    """n ICL-1 prompts (~75 tokens, varied lengths on rt-polarity): items after the demo pool, one demo each from
+    the pool (the task's first `method.demo_pool` train rows)."""
+    rows = load_rows(cfg.task, cfg.data, cfg.task.splits["train"])
+    pool = min(cfg.method.demo_pool, len(rows) - n)
+    if pool < 1:
+        raise ValueError(f"task {cfg.task.name} has {len(rows)} train rows: too few for method.extract_prompts={n} "
+                         "prompts plus a demo pool; lower method.extract_prompts")
+    items = P.render(cfg.task.name, [rows[i] for i in range(n + pool)])
+    return P.build("icl", 1, items[pool:pool + n], items[:pool], seed=42)
 
 
-def bench_extraction(n: int, repeats: int, batch_size: int = 32) -> dict:
-    from experiments.assets import require
+def bench_extraction(cfg: DictConfig, ctx: RunContext) -> dict:
     from experiments.store import batched_hidden_states
-    from transformers import AutoModelForCausalLM, AutoTokenizer
     from intrinsic_dim.extract import backbone
-    path = require("models", "smollm2-135m")
-    tok = AutoTokenizer.from_pretrained(path)
-    lm = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-    ids = [tok(p)["input_ids"] for p in prompts_for_extraction(n)]
+    m, dev = cfg.method, ctx.device
+    n, batch_size = m.extract_prompts, m.extract_batch_size
+    tok, lm = load_causal_lm(cfg.model)
+    ctx.tokenizer_fingerprint = tokenizer_fingerprint(tok)
+    lm.to(dev)
+    ids = [tok(p)["input_ids"] for p in prompts_for_extraction(cfg, n)]
     real = sum(map(len, ids))
     ex = [{"input_ids": x} for x in ids]
     sorted_idx = sorted(range(n), key=lambda i: -len(ids[i]))
-    dev = torch.device("cpu")
-    pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    pad = tok.pad_token_id
 
     def ours():
         for _ in batched_hidden_states(backbone(lm), ex, sorted_idx, batch_size, dev):
@@ -92,21 +100,23 @@ def bench_extraction(n: int, repeats: int, batch_size: int = 32) -> dict:
                 b = ids[s:s + batch_size]
                 T = max(map(len, b))
                 x = torch.full((len(b), T), pad)
-                m = torch.zeros(len(b), T, dtype=torch.long)
+                mask = torch.zeros(len(b), T, dtype=torch.long)
                 for i, r in enumerate(b):
                     x[i, T - len(r):] = torch.tensor(r)
-                    m[i, T - len(r):] = 1
-                lm(input_ids=x, attention_mask=m, output_hidden_states=True)
+                    mask[i, T - len(r):] = 1
+                lm(input_ids=x.to(dev), attention_mask=mask.to(dev), output_hidden_states=True)
 
     t = interleaved({"official recipe (full LM, left pad, data order)": official,
-                     "ours (backbone, length-sorted)": ours}, repeats=repeats, warmup=1)
+                     "ours (backbone, length-sorted)": ours}, repeats=m.extract_repeats, warmup=1, device=dev)
     s = summarize(t, baseline="official recipe (full LM, left pad, data order)")
     for v in s.values():
         v["real_tokens_per_s"] = real / v["median_s"]
     # bf16 (autocast, and the weights themselves cast) vs fp32 on the last token's state: relative L2 difference
     # of the worst layer, per prompt
-    sub = [torch.tensor([r]) for r in ids[:32]]
-    lm_bf16 = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).eval()
+    sub = [torch.tensor([r], device=dev) for r in ids[:32]]
+    _, lm_bf16 = load_causal_lm(cfg.model, dtype=torch.bfloat16)  # loaded in bf16 (fp32 rotary frequencies)
+    lm_bf16.load_state_dict(lm.state_dict())  # the same weights (a random model would draw new ones)
+    lm_bf16.to(dev)
     worst = {"autocast": [], "weights": []}
 
     def rel(a, b):
@@ -115,11 +125,12 @@ def bench_extraction(n: int, repeats: int, batch_size: int = 32) -> dict:
     with torch.inference_mode():
         for x in sub:
             a = backbone(lm)(input_ids=x, output_hidden_states=True).hidden_states
-            with torch.autocast("cpu", dtype=torch.bfloat16):
+            with torch.autocast(dev.type, dtype=torch.bfloat16):
                 b = backbone(lm)(input_ids=x, output_hidden_states=True).hidden_states
             worst["autocast"].append(rel(a, b))
             worst["weights"].append(rel(a, backbone(lm_bf16)(input_ids=x, output_hidden_states=True).hidden_states))
-    return {"prompts": n, "real_tokens": real, "mean_tokens": real / n, "batch_size": batch_size, "timing": s,
+    return {"model": cfg.model.name, "task": cfg.task.name, "prompts": n, "real_tokens": real, "mean_tokens": real / n,
+            "batch_size": batch_size, "timing": s, "bf16_prompts": len(sub),
             **{f"bf16_{k}_rel_l2_diff_{f.__name__}": f(v) for k, v in worst.items()
                for f in (max, statistics.median)}}
 
@@ -134,23 +145,25 @@ def bench_gpu() -> dict | None:
 
 
 def markdown(res: dict) -> str:
-    lines = ["<!-- generated by `python -m intrinsic_dim.bench`; do not edit by hand -->", "# intrinsic_dim benchmark",
+    lines = ["<!-- generated by `python -m experiments.run experiment=intrinsic_dim/bench`; do not edit by hand -->",
+             "# intrinsic_dim benchmark",
              "", f"Device: {res['device']}. Ratios are medians of interleaved repeats in one process.", ""]
     e = res["estimator"]
     lines += [f"## TwoNN: {e['shape']}", "",
               f"Largest relative difference of the estimates vs skdim: {e['max_rel_diff_vs_skdim']:.2e} (float64 "
-              f"input); {e['max_rel_diff_vs_skdim_float32_input']:.2e} with float32 input (ours casts to float64 first, "
-              "skdim's distances stay float32).", "",
+              f"input); {e['max_rel_diff_vs_skdim_float32_input']:.2e} with float32 input (ours casts to float64 "
+              "first, skdim's distances stay float32).", "",
               "| what | median s | speed-up vs skdim |", "|---|---|---|"]
     lines += [f"| {k} | {v['median_s']:.3f} | {v['speedup_vs_baseline']:.2f}x |" for k, v in e["timing"].items()]
     x = res.get("extraction")
     if x:
-        lines += ["", f"## Extraction: smollm2-135m fp32, {x['prompts']} ICL-1 prompts of rt-polarity "
+        lines += ["", f"## Extraction: {x['model']} fp32, {x['prompts']} ICL-1 prompts of {x['task']} "
                   f"({x['mean_tokens']:.1f} tokens on average), batch {x['batch_size']}", "",
                   "| what | median s | real tokens/s | speed-up |", "|---|---|---|---|"]
         lines += [f"| {k} | {v['median_s']:.2f} | {v['real_tokens_per_s']:.0f} | {v['speedup_vs_baseline']:.2f}x |"
                   for k, v in x["timing"].items()]
-        lines += ["", "bf16 moves the last-token state (relative L2 of the worst layer, over 32 prompts): autocast "
+        lines += ["", "bf16 moves the last-token state (relative L2 of the worst layer, over "
+                  f"{x['bf16_prompts']} prompts): autocast "
                   f"by up to {100 * x['bf16_autocast_rel_l2_diff_max']:.1f}% (median "
                   f"{100 * x['bf16_autocast_rel_l2_diff_median']:.1f}%), bf16 weights by up to "
                   f"{100 * x['bf16_weights_rel_l2_diff_max']:.1f}% (median "
@@ -161,27 +174,31 @@ def markdown(res: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="small shapes, one repeat (a smoke check of the script)")
-    ap.add_argument("--no-extraction", action="store_true")
-    ap.add_argument("--out", default=str(OUT))
-    args = ap.parse_args(argv)
-    torch.set_num_threads(2 if not torch.cuda.is_available() else torch.get_num_threads())
-    res = {"device": device_name("cpu"), "torch_threads": torch.get_num_threads()}
-    if args.quick:
-        res["estimator"] = bench_estimator(3, 300, 64, repeats=1)
-    else:
-        res["estimator"] = bench_estimator(31, 2000, 576, repeats=3)
-    if not args.no_extraction:
-        res["extraction"] = bench_extraction(32 if args.quick else 128, repeats=1 if args.quick else 2)
-    res["gpu"] = bench_gpu()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "benchmark.json").write_text(json.dumps(res, indent=1))
+def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
+    m = cfg.method
+    res = {"device": ctx.device_name, "torch_threads": torch.get_num_threads(),
+           "estimator": bench_estimator(m.est_layers, m.est_points, m.est_dim, repeats=m.est_repeats)}
+    if m.extraction:
+        res["extraction"] = bench_extraction(cfg, ctx)
+    res["gpu"] = bench_gpu() if m.gpu else None
+    out = Path(cfg.results_dir) / "intrinsic_dim"
+    write_json(out / "benchmark.json", res)
     (out / "benchmark.md").write_text(markdown(res))
-    print(markdown(res))
-
-
-if __name__ == "__main__":
-    main()
+    ctx.extra.update(benchmark=res)
+    t = res["estimator"]["timing"]
+    metrics = {"time/twonn_skdim_s": t["skdim TwoNN"]["median_s"], "time/twonn_ours_s": t["ours twonn"]["median_s"],
+               "speedup/twonn_vs_skdim_x": t["ours twonn"]["speedup_vs_baseline"],
+               "id/max_rel_diff_vs_skdim": res["estimator"]["max_rel_diff_vs_skdim"]}
+    if m.extraction:
+        x = res["extraction"]
+        ours, official = (x["timing"][k] for k in ("ours (backbone, length-sorted)",
+                                                    "official recipe (full LM, left pad, data order)"))
+        ctx.n_samples.update(prompts=x["prompts"], tokens=x["real_tokens"])
+        metrics.update({"time/extract_official_s": official["median_s"], "time/extract_ours_s": ours["median_s"],
+                        "speedup/extract_x": ours["speedup_vs_baseline"],
+                        "extract/tokens_per_s": ours["real_tokens_per_s"],
+                        "bf16/autocast_rel_l2_diff_max": x["bf16_autocast_rel_l2_diff_max"],
+                        "bf16/weights_rel_l2_diff_max": x["bf16_weights_rel_l2_diff_max"]})
+    if res["gpu"]:
+        metrics["time/gpu_twonn_s"] = res["gpu"]["median_s"]
+    return metrics

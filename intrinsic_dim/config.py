@@ -52,3 +52,23 @@ class IntrinsicDimConfig(MethodConfig):
     sft_group_by_length: bool = True  # ours: length-grouped batches (less padding on CPU); [C] shuffles plainly
     sft_eval_train_n: Optional[int] = None  # ours: cap on train prompts measured per checkpoint (None = all n_train)
     checkpoint_dir: Optional[str] = None  # ours: LoRA checkpoint cache (default: <store dir>/../lora-checkpoints)
+
+
+@dataclass
+class IntrinsicDimBenchConfig(MethodConfig):
+    """method=intrinsic_dim_bench (intrinsic_dim/bench.py): TwoNN speed vs scikit-dimension on synthetic layers of
+    the given shape, extraction speed of `model=` on ICL-1 prompts of `task=` (ours vs the official recipe), and bf16's
+    effect on the last-token states; one Llama-scale layer on CUDA. All ours."""
+
+    name: str = "intrinsic_dim_bench"
+    variant: str = "default"
+    est_layers: int = 31  # synthetic layers x points x dimension: smollm2-135m's shape (30 blocks + embedding)
+    est_points: int = 2000
+    est_dim: int = 576
+    est_repeats: int = 3  # interleaved timed rounds (medians reported)
+    extraction: bool = True  # time extraction (loads `model=`; smollm2-135m needs `make assets`)
+    extract_prompts: int = 128
+    extract_batch_size: int = 32
+    extract_repeats: int = 2
+    demo_pool: int = 1000  # the ICL-1 demo is drawn from the task's first demo_pool train rows; prompts come after
+    gpu: bool = True  # on a CUDA device, also time one Llama-scale layer's TwoNN (N=5000, D=4096)

@@ -5,7 +5,7 @@ Padding. The official code batches with left padding (pad = EOS) and takes posit
 right padding and keeps the last *real* token. For a causal model with absolute-free (RoPE) positions both equal the
 unpadded single-prompt forward: right padding exactly (pads come after the token and are masked), left padding up
 to float rounding (every position shifts by the same offset, which RoPE's relative attention cancels). We rely on
-the right-padded states and test both equalities (tests/intrinsic_dim/test_id_extract.py).
+the right-padded states and test both equalities (tests/intrinsic_dim/test_extract.py).
 
 Only the backbone runs during extraction (no LM head over every position); the last-position logits are the
 final hidden state (HF's hidden_states[-1], after the final norm) through `lm_head`.
@@ -66,11 +66,6 @@ def tokenize(tokenizer, prompts: Sequence[str], max_tokens: int) -> list[dict]:
                              "raise the cap (the model's context permitting) or use fewer demos (smaller k)")
         out.append({"input_ids": list(ids)})
     return out
-
-
-def tokenizer_key(tokenizer) -> str:
-    """Identifies the tokenizer in store keys (its class, vocabulary size and name)."""
-    return f"{type(tokenizer).__name__}:{len(tokenizer)}:{getattr(tokenizer, 'name_or_path', '')}"
 
 
 def lora_key(base_key: str, lora_state: dict[str, torch.Tensor]) -> str:

@@ -16,11 +16,13 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from experiments.assets import MANIFEST, require
-from experiments.context import RunContext
-from experiments.store import ActivationStore, model_fingerprint
+from experiments.context import STORE_DTYPES, RunContext
+from experiments.data import load_rows
+from experiments.models import load_causal_lm, tokenizer_fingerprint
+from experiments.results import write_json
+from experiments.store import model_fingerprint
 from intrinsic_dim import auc as A
 from intrinsic_dim import estimators as E
 from intrinsic_dim import extract as X
@@ -39,51 +41,6 @@ def parse_variant(variant: str) -> tuple[str, int]:
 
 
 # ---- model and data ------------------------------------------------------------------------------------------
-
-def load_causal_lm(model: DictConfig):
-    """(tokenizer, causal LM in fp32, eval mode, a key identifying its weights)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    if model.get("kind") != "causal":
-        raise ValueError(f"intrinsic_dim needs a causal LM (model.kind=causal); {model.name} is {model.kind}")
-    if model.source == "config":
-        from transformers import LlamaConfig, LlamaForCausalLM
-        from experiments.models import byte_tokenizer
-        tok = byte_tokenizer()
-        kwargs = OmegaConf.to_container(model.from_config, resolve=True)
-        lm = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), pad_token_id=tok.pad_token_id, **kwargs))
-        key = None
-    else:
-        path = str(require("models", model.offline)) if model.source == "offline" else model.hf_id
-        tok = AutoTokenizer.from_pretrained(path)
-        lm = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)  # [C] default (fp32) dtype
-        key = None
-        if model.source == "offline":  # the verified manifest names the exact weight files
-            key = hashlib.sha256((Path(path) / MANIFEST).read_bytes()).hexdigest()
-    if tok.pad_token is None:
-        tok.pad_token = tok.eos_token  # [C] pad = EOS
-    lm.eval()
-    return tok, lm, key or model_fingerprint(lm)
-
-
-def _read_jsonl(path: Path) -> list[dict]:
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def load_rows(task: DictConfig, data: DictConfig, split: str) -> list[dict] | object:
-    source = data.source or task.source
-    if source == "offline":
-        return _read_jsonl(require("data", task.offline) / f"{split}.jsonl")
-    if source == "fixture":
-        from experiments.data import REPO
-        if not task.fixture:
-            raise ValueError(f"task {task.name!r} has no fixture; use data.source=offline")
-        return [r for r in _read_jsonl(REPO / task.fixture) if r["split"] == split]
-    if source == "hub":
-        import datasets
-        return datasets.load_dataset(task.hf.path, task.hf.name, split=split)
-    raise ValueError(f"unknown data source {source!r}; valid: offline, hub, fixture")
-
 
 def _take(rows, idx) -> list[dict]:
     return [rows[int(i)] for i in idx] if isinstance(rows, list) else list(rows.select([int(i) for i in idx]))
@@ -158,13 +115,13 @@ def _or_nan(fn, *args, **kwargs) -> float:
         return float("nan")
 
 
-def measure(store, lm, tok, model_key: str, prompts: list[str], gold: list[int], label_ids: list[int],
+def measure(store, lm, tok, tok_key: str, model_key: str, prompts: list[str], gold: list[int], label_ids: list[int],
             cfg: DictConfig, device: torch.device) -> dict:
     m = cfg.method
     examples = X.tokenize(tok, prompts, m.max_prompt_tokens)
     computed0 = store.stats.computed
     t0 = time.perf_counter()
-    states = X.last_token_states(store, lm, examples, tok_key=X.tokenizer_key(tok), max_length=m.max_prompt_tokens,
+    states = X.last_token_states(store, lm, examples, tok_key=tok_key, max_length=m.max_prompt_tokens,
                                  batch_size=m.batch_size, device=device, model_key=model_key)
     t_extract = time.perf_counter() - t0
     computed = (store.stats.computed - computed0) // states.shape[0]  # prompts whose states were computed now
@@ -200,10 +157,11 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
     paradigm, k = parse_variant(m.variant)
     if m.auc_norm not in A.NORMS:
         raise ValueError(f"method.auc_norm={m.auc_norm!r}; valid: {', '.join(A.NORMS)}")
-    dtype = {"fp32": torch.float32, "fp16": torch.float16}.get(m.store_dtype)
-    if dtype is None:
-        raise ValueError(f"method.store_dtype={m.store_dtype!r}; valid: fp32, fp16")
-    tok, lm, base_key = load_causal_lm(cfg.model)
+    if m.store_dtype not in STORE_DTYPES:
+        raise ValueError(f"method.store_dtype={m.store_dtype!r}; valid: {', '.join(STORE_DTYPES)}")
+    tok, lm = load_causal_lm(cfg.model)  # [C] default (fp32) dtype, pad = EOS
+    base_key = model_fingerprint(lm)  # the weights as loaded, as every store user keys them (not the asset's files)
+    ctx.tokenizer_fingerprint = tok_key = tokenizer_fingerprint(tok)
     lm.to(ctx.device)
     pool_rows, eval_rows, uniq_rows = split_items(cfg, unique=paradigm == "icl_unique")
     render = dict(five_choices=m.csqa_five_choices)
@@ -211,7 +169,7 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
     labels = sorted({o for _, o in evals} | {o for _, o in pool})
     label_ids = X.label_token_ids(tok, labels)
     gold = [labels.index(o) for _, o in evals]
-    store = ActivationStore(ctx.store_dir, dtype=dtype)
+    store = ctx.store(dtype=m.store_dtype)
     ctx.n_samples.update(train_examples=len(pool), eval_examples=len(evals), unique_pool=len(uniq_rows),
                          max_length=m.max_prompt_tokens)
     ctx.extra.update(paradigm=paradigm, k=k, labels=labels,
@@ -220,7 +178,7 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
     if paradigm != "sft":
         demo_pool = P.render(cfg.task.name, uniq_rows, **render) if paradigm == "icl_unique" else pool
         prompts = P.build(paradigm, k, evals, demo_pool, m.demo_seed)
-        res = measure(store, lm, tok, base_key, prompts, gold, label_ids, cfg, ctx.device)
+        res = measure(store, lm, tok, tok_key, base_key, prompts, gold, label_ids, cfg, ctx.device)
         ctx.extra.update(prompt_examples=prompts[:2], **{k_: v for k_, v in res.items()})
         return {**summary(res, m, "eval"), **_timing(res)}
 
@@ -234,7 +192,7 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
 
     def measure_all(epoch: int, step: int, key: str) -> None:
         for split, (prompts, g) in splits.items():
-            res = measure(store, model, tok, key, prompts, g, label_ids, cfg, ctx.device)
+            res = measure(store, model, tok, tok_key, key, prompts, g, label_ids, cfg, ctx.device)
             checkpoints.append({"epoch": epoch, "step": step, "split": split, **res})
             log.info("sft epoch %d %s: accuracy %.4f, TwoNN AUC %.2f", epoch, split, res["accuracy"],
                      res["auc"]["twonn"][m.auc_norm])
@@ -268,7 +226,7 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
                          warmup_ratio=m.sft_warmup_ratio, seed=cfg.seed, device=ctx.device,
                          pad_id=tok.pad_token_id, group_by_length=m.sft_group_by_length, on_epoch=on_epoch,
                          log=log.info)
-        (ckpt_dir / "train.json").write_text(json.dumps(timing))
+        write_json(ckpt_dir / "train.json", timing)
     ctx.extra.update(checkpoints=checkpoints, prompt_examples=[P.combined(pool[0]), splits["eval"][0][0]],
                      checkpoint_dir=str(ckpt_dir), sft_steps_per_epoch=steps_per_epoch)
     last = {s: [c for c in checkpoints if c["split"] == s][-1] for s in splits}

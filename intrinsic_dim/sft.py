@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from experiments.data import epoch_order
+from experiments.optim import adamw, linear_schedule, warmup_steps
 from experiments.timing import StepTimer
 
 
@@ -38,15 +39,6 @@ def load_lora_state(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
     unexpected = getattr(res, "unexpected_keys", [])
     if unexpected:
         raise ValueError(f"checkpoint has {len(unexpected)} keys this model lacks, e.g. {unexpected[0]}")
-
-
-def hf_linear_schedule(optimizer, warmup: int, total: int) -> torch.optim.lr_scheduler.LambdaLR:
-    """transformers.get_linear_schedule_with_warmup: lr * step/warmup, then linear decay to 0 at `total`."""
-    def factor(step: int) -> float:
-        if step < warmup:
-            return step / max(1, warmup)
-        return max(0.0, (total - step) / max(1, total - warmup))
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
 def batches(texts_ids: Sequence[list[int]], batch_size: int, seed: int, epoch: int, group_by_length: bool,
@@ -78,8 +70,8 @@ def train(model: nn.Module, texts_ids: Sequence[list[int]], *, epochs: int, lr: 
         raise ValueError("no trainable parameters: wrap the model with add_lora first")
     n_batches = math.ceil(len(texts_ids) / batch_size)
     total = n_batches * epochs
-    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
-    sched = hf_linear_schedule(opt, math.ceil(total * warmup_ratio), total)
+    opt = adamw(model, lr, weight_decay=0.0)  # HF Trainer: torch's default AdamW, no decay [C]
+    sched = linear_schedule(opt, warmup_steps(warmup_ratio, total, hf=True), total, hf=True)
     timer = StepTimer(device)
     step, loss_v = 0, float("nan")
     for epoch in range(1, epochs + 1):

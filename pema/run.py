@@ -26,6 +26,8 @@ from omegaconf import DictConfig, OmegaConf
 from experiments import data as D
 from experiments.assets import cache_dir
 from experiments.context import RunContext
+from experiments.models import byte_tokenizer, load_tokenizer, tokenizer_fingerprint, weights_path
+from experiments.optim import adamw
 from pema import memory, vocab
 from pema.hook import attach, keep_ids
 from pema.sizes import architecture, sizes
@@ -42,35 +44,16 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
 
 
 # ---- models without weights --------------------------------------------------------------------------------------
-def tokenizer(model: DictConfig):
-    """The model's tokenizer alone (the byte tokenizer for random tiny models)."""
-    from transformers import AutoTokenizer
-
-    from experiments.assets import require
-    from experiments.models import byte_tokenizer
-    if model.source == "config":
-        return byte_tokenizer()
-    tok = AutoTokenizer.from_pretrained(str(require("models", model.offline)) if model.source == "offline"
-                                        else model.hf_id)
-    if tok.pad_token is None:  # as experiments.models.load_encoder does for causal LMs
-        tok.pad_token = tok.eos_token
-    return tok
-
-
 def model_architecture(model: DictConfig):
     """A transformers config without weights: `from_config` with a `model_type` (the hub models' config.json fields,
     copied into conf/model so Tables 5/6 need no network), the random tiny models' fields, the offline asset's
     config.json, or the hub id."""
-    from experiments.assets import require
-    from experiments.models import byte_tokenizer
     fields = OmegaConf.to_container(model.from_config, resolve=True) if model.from_config else {}
     if model.source == "config":
         return architecture(model_type=model.family, vocab_size=len(byte_tokenizer()), **fields)
     if "model_type" in fields:
         return architecture(**fields)
-    if model.source == "offline":
-        return architecture(hf_id=str(require("models", model.offline)))
-    return architecture(hf_id=model.hf_id)
+    return architecture(hf_id=weights_path(model))
 
 
 # ---- pema_vocab --------------------------------------------------------------------------------------------------
@@ -99,15 +82,6 @@ def raw_ids(ds, tok, task: DictConfig, special_tokens: bool) -> list[list[int]]:
 
 
 COUNTS_VERSION = 1  # bump when the counting changes: cached counts are keyed by it
-
-
-def tokenizer_key(tok) -> str:
-    """Identity of a tokenizer's behaviour (its serialized fast tokenizer), so models sharing a vocabulary (minilm-l3
-    and minilm-l6) share cached counts."""
-    import hashlib
-    backend = getattr(tok, "backend_tokenizer", None)
-    blob = backend.to_str() if backend is not None else repr(sorted(tok.get_vocab().items()))
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def split_counts(tok, rows: int, task: DictConfig, data: DictConfig, hub_name, split: str, truncation: bool,
@@ -155,14 +129,14 @@ def split_counts(tok, rows: int, task: DictConfig, data: DictConfig, hub_name, s
 def vocab_run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
     m = cfg.method
     t0 = time.perf_counter()
-    tok = tokenizer(cfg.model)
+    tok = load_tokenizer(cfg.model)
     arch = model_architecture(cfg.model)
     n_labels = m.num_labels or len(cfg.task.label_names) or 2
     sz = sizes(arch, n_labels)
     hub_names = [c for c in m.hub_configs.split("+") if c] or [None]
     tasks = [cfg.task] + [load_task(t) for t in m.union.split("+") if t and t != cfg.task.name]
     examples, cached = {}, []
-    tok_key = tokenizer_key(tok)
+    ctx.tokenizer_fingerprint = tok_key = tokenizer_fingerprint(tok)
     cache = cache_dir() / "pema" / "counts" if m.cache else None
     counts = np.zeros(sz.rows, dtype=np.int64)
     for task in tasks:
@@ -183,7 +157,8 @@ def vocab_run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
     longest = sorted(zero.tolist(), key=lambda i: (-len(tok.convert_ids_to_tokens(i)), i))[:m.zero_examples]
     ctx.n_samples.update(examples=sum(examples.values()), max_length=D.max_length(cfg.task, cfg.data))
     ctx.extra.update(
-        corpus=examples, counts_from_cache=cached, tokenizer_key=tok_key, tokenizer=cfg.model.hf_id or cfg.model.name, tokenizer_size=len(tok),
+        corpus=examples, counts_from_cache=cached, tokenizer_key=tok_key, tokenizer=cfg.model.hf_id or cfg.model.name,
+        tokenizer_size=len(tok),
         truncation=m.truncation, special_tokens=m.special_tokens, splits=list(cfg.pema.splits),
         kept_ids=keep, zero_count_examples=[{"id": i, "token": tok.convert_ids_to_tokens(i)} for i in longest])
     return {"vocab/rows": sz.rows, "vocab/used": used, "vocab/unique": use.unique, "vocab/total": use.total,
@@ -206,11 +181,9 @@ def sizes_run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
 
 # ---- pema_bench --------------------------------------------------------------------------------------------------
 def _trainer(model: torch.nn.Module, train_cfg, device: torch.device):
-    """One optimizer step as experiments.train.fit takes it (fused AdamW, clipping), over a fixed batch list."""
-    from experiments.train import param_groups
+    """One optimizer step as experiments.train.fit takes it (its AdamW, clipping), over a fixed batch list."""
     model.to(device).train()
-    opt = torch.optim.AdamW(param_groups(model, train_cfg.weight_decay), lr=train_cfg.lr,
-                            fused=device.type in ("cpu", "cuda"))
+    opt = adamw(model, train_cfg.lr, train_cfg.weight_decay, device)
 
     def steps(batches, after_step=None):
         for batch in batches:
@@ -231,6 +204,7 @@ def bench_run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
     from experiments.timing import interleaved, summarize
     m, dev = cfg.method, ctx.device
     tok, template, raw, train, evals = prepare(cfg)
+    ctx.tokenizer_fingerprint = tokenizer_fingerprint(tok)
     features = {"train": train, "eval": evals}
     gen, _ = D.train_batches(train, cfg.hardware.batch_size, tok.pad_token_id, cfg.seed, cfg.train.group_by_length)
     batches, epoch = [], 0

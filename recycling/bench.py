@@ -24,8 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from experiments import data as D
 from experiments.context import RunContext
-from experiments.models import build
-from experiments.store import ActivationStore
+from experiments.models import build, tokenizer_fingerprint
 from experiments.timing import interleaved
 from experiments.train import fit
 from recycling import cache as C
@@ -33,7 +32,6 @@ from recycling.cost import months_to_break_even
 from recycling.model import apply_variant, blocks, lower_model, resolve_k
 
 log = logging.getLogger(__name__)
-DTYPES = {"fp32": torch.float32, "fp16": torch.float16}
 
 
 def packed_rows(texts: list[str], tok, seq_len: int, n: int, seed: int) -> list[dict]:
@@ -59,6 +57,7 @@ def _setup(cfg: DictConfig, ctx: RunContext, n: int, seq_len: int):
     # a 2-label head: the workload is classification with random labels, whatever the task's own labels are
     task = OmegaConf.merge(cfg.task, {"type": "cls", "label_names": ["a", "b"]})
     tok, model = build(cfg.model, task)
+    ctx.tokenizer_fingerprint = tokenizer_fingerprint(tok)
     raw = D.load_splits(cfg.task, cfg.data)
     # every text field (a QA context, not just its question), token lists joined as words
     texts = [" ".join(map(str, r[f] if isinstance(r[f], list) else [r[f]])) for r in raw["train"]
@@ -67,10 +66,6 @@ def _setup(cfg: DictConfig, ctx: RunContext, n: int, seq_len: int):
     k = resolve_k(cfg.method.k, len(blocks(model.encoder)))
     ctx.n_samples.update(sequences=n, seq_len=seq_len, batch_size=cfg.method.batch_size, k=k)
     return tok, model, task, rows, k
-
-
-def _store(ctx: RunContext, dtype: str) -> ActivationStore:
-    return ActivationStore(ctx.store_dir, dtype=DTYPES[dtype])
 
 
 def _chunks(n: int, bs: int) -> list[list[int]]:
@@ -91,8 +86,7 @@ def training(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
     f = apply_variant(build(cfg.model, task)[1], "frozen", k, 0, "gelu_new")
     lower = lower_model(nr.encoder, k)
     r = apply_variant(build(cfg.model, task)[1], "reduced", k, 0, "gelu_new")
-    store = _store(ctx, cfg.store.dtype)
-    states = C.build(store, lower, rows, k, tokenizer_key=f"bench|{cfg.model.name}", max_length=m.seq_len,
+    states = C.build(ctx.store(), lower, rows, k, tokenizer_key=ctx.tokenizer_fingerprint, max_length=m.seq_len,
                      batch_size=m.batch_size, device=dev)
     disk = C.LayerCache(states, k, rows, pad)
     ram = C.LayerCache(states, k, rows, pad, in_ram=True)
@@ -109,9 +103,9 @@ def training(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
     def save_epoch_ms() -> float:
         # building the cache for one batch: the lower model's forward + the store write (SR's first epoch)
         with tempfile.TemporaryDirectory(dir=ctx.output_dir) as tmp:
-            fresh = ActivationStore(tmp, dtype=DTYPES[cfg.store.dtype])
+            fresh = ctx.store(root=tmp)
             t0 = time.perf_counter()
-            C.build(fresh, lower, rows, k, tokenizer_key="bench-save", max_length=m.seq_len,
+            C.build(fresh, lower, rows, k, tokenizer_key=ctx.tokenizer_fingerprint, max_length=m.seq_len,
                     batch_size=m.batch_size, device=dev)
             return 1e3 * (time.perf_counter() - t0) / len(chunks)
 
@@ -139,7 +133,7 @@ def _pct(base: float, method: float) -> float:
 def _caches(cfg, ctx, lower, rows, k, seq_len, bs, pad) -> dict[str, C.LayerCache]:
     out = {}
     for dt in ("fp32", "fp16"):
-        states = C.build(_store(ctx, dt), lower, rows, k, tokenizer_key=f"bench|{cfg.model.name}",
+        states = C.build(ctx.store(dt), lower, rows, k, tokenizer_key=ctx.tokenizer_fingerprint,
                          max_length=seq_len, batch_size=bs, device=ctx.device)
         out[f"{dt}_disk"] = C.LayerCache(states, k, rows, pad)
         out[f"{dt}_ram"] = C.LayerCache(states, k, rows, pad, in_ram=True)
@@ -203,6 +197,7 @@ def storage(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
     """Bytes of the cache for real, variable-length examples of the task, and a shuffled second epoch's hit rate."""
     m = cfg.method
     tok, model = build(cfg.model, cfg.task)
+    ctx.tokenizer_fingerprint = tokenizer_fingerprint(tok)
     raw = D.load_splits(cfg.task, cfg.data)
     n_len = D.max_length(cfg.task, cfg.data)
     rows = D.rows_of(D.encode(raw["eval"], tok, cfg.task, n_len, train=False))
@@ -216,8 +211,8 @@ def storage(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
            "storage/unique_sequences": len(unique), "storage/unique_tokens": sum(unique.values())}
     for dt, size in (("fp32", 4), ("fp16", 2)):
         with tempfile.TemporaryDirectory(dir=ctx.output_dir) as tmp:
-            store = ActivationStore(tmp, dtype=DTYPES[dt])
-            states = C.build(store, lower, rows, k, tokenizer_key=f"storage|{cfg.model.name}", max_length=n_len,
+            store = ctx.store(dt, root=tmp)
+            states = C.build(store, lower, rows, k, tokenizer_key=ctx.tokenizer_fingerprint, max_length=n_len,
                              batch_size=cfg.hardware.eval_batch_size, device=ctx.device)
             raw_bytes = tokens * d * size
             out[f"storage/{dt}_raw_bytes"] = raw_bytes
@@ -226,8 +221,8 @@ def storage(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
             out[f"storage/{dt}_bytes_per_sequence"] = raw_bytes / len(rows)
             if dt == cfg.store.dtype:
                 # a fresh store object over the same shards: two shuffled epochs, every read counted
-                again = ActivationStore(tmp, dtype=DTYPES[dt])
-                states = C.build(again, lower, rows, k, tokenizer_key=f"storage|{cfg.model.name}",
+                again = ctx.store(dt, root=tmp)
+                states = C.build(again, lower, rows, k, tokenizer_key=ctx.tokenizer_fingerprint,
                                  max_length=n_len, batch_size=cfg.hardware.eval_batch_size, device=ctx.device)
                 cache = C.LayerCache(states, k, rows, tok.pad_token_id)
                 batches, _ = cache.batches(cfg.hardware.batch_size, cfg.seed)

@@ -1,306 +1,350 @@
-"""Embedding Recycling's own tables and figures, built from results/recycling/runs/*.json by
+"""Embedding Recycling's own tables and figures, built from results/recycling/runs/**/*.json by
 `python -m experiments.report recycling` (never edited by hand):
 
-    tables/table1_standard   Full / F / Rdc per task and model, beside the paper's MiniLM-L6-H384 family averages
-    tables/table2_adapters   Rdc + Half Adpt / Full Adpt / Full with trainable %, beside the paper's (Sci)BERT averages
-    tables/depth_ablation    Rdc at k layers reduced, beside the paper's Table 15 (+ figure)
-    tables/timing_training   Table 5 columns per (model, k, device), speedup_pct = NR vs R (+ .csv)
-    tables/timing_inference  Table 4 columns per (model, k, device), speedup_pct = fp16 cache, disk, prefetch (+ .csv)
+    tables/table1_standard   Full / F / Rdc per task and model, beside the paper's row for that model (Table 1)
+    tables/table2_adapters   Rdc + Half Adpt / Full Adpt / Full with trainable %, beside the paper's row (Table 2)
+    tables/depth_ablation    Rdc at k layers reduced, beside the paper's depth tables (8-15) (+ figure)
+    tables/timing_training   Table 5 columns per (model, k, device), speedup_pct = NR vs R
+    tables/timing_inference  Table 4 columns per (model, k, device), speedup_pct = fp16 cache, disk, prefetch
     tables/storage, tables/cost, figures/speedup_vs_depth
+
+Paper numbers come from paper_values.yaml by (model, task, column, metric): a paper-scale run finds its own row or
+none; minilm-l6 and the offline tasks reach a row only through the twins declared there, and say so.
 """
 from __future__ import annotations
 
-import csv
 from pathlib import Path
-from statistics import mean, stdev
+from statistics import mean
 
-import yaml
+from experiments.paper_values import paper_values
+from experiments.tables import Table, caps, delta, fmt, label, pyplot, save_figure, scale, summary
 
-from experiments.report import GENERATED, PERCENT, label
-
-PAPER = yaml.safe_load((Path(__file__).parent / "paper_values.yaml").read_text())
-FAMILY = {"cls": "cls", "pair": "cls", "ner": "ner", "qa": "qa"}  # the paper's task families
-
-
-def _ms(xs: list[float]) -> str:
-    return "—" if not xs else f"{mean(xs):.2f} ± {stdev(xs) if len(xs) > 1 else 0.0:.2f} (n={len(xs)})"
-
-
-def _f(x, digits=2, sign=False) -> str:
-    return "—" if x is None else (f"{x:+.{digits}f}" if sign else f"{x:.{digits}f}")
-
-
-def _write(out: Path, name: str, title: str, rows: list[dict], notes: list[str]) -> list[str]:
-    """tables/<name>.md and .csv; returns the markdown lines for the paper README."""
-    (out / "tables").mkdir(parents=True, exist_ok=True)
-    if not rows:
-        return []
-    cols = list(rows[0])
-    md = [f"| {' | '.join(cols)} |", "|" + "---|" * len(cols)]
-    md += [f"| {' | '.join(str(r[c]) for c in cols)} |" for r in rows]
-    body = [f"## {title}", "", *md, "", *notes, ""]
-    (out / "tables" / f"{name}.md").write_text("\n".join([GENERATED, *body]) + "\n")
-    with open(out / "tables" / f"{name}.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=cols)
-        w.writeheader()
-        w.writerows(rows)
-    return [*body[:1], "", f"[tables/{name}.md](tables/{name}.md) · [.csv](tables/{name}.csv)", "", *body[2:]]
+# experiments that also get the generic per-experiment table (every eval/ metric, not only the objective)
+GENERIC_TABLES = ("recycling/table1*", "recycling/table2*", "recycling/table3*", "recycling/depth*",
+                  "recycling/accuracy_offline*")
+FAMILIES = ("cls-avg", "ner-avg", "qa-avg")
 
 
 def _score(r: dict) -> tuple[str, float]:
     key = r["config"]["task"]["objective"]
-    metric = key.split("/", 1)[1]
-    return key, r["metrics"][key] * (100.0 if metric in PERCENT else 1.0)
+    return key, r["metrics"][key] * scale(key)
 
 
-def _accuracy_groups(runs: list[dict]) -> dict[tuple, list[float]]:
-    """(task, task stand-in, model, model stand-in, hardware, variant, k, objective) -> scores over seeds."""
-    groups: dict[tuple, list[float]] = {}
+def _accuracy_groups(runs: list[dict]) -> dict[tuple, list[dict]]:
+    """(task, task stand-in, model, model stand-in, hardware, variant, k, objective) -> the runs over seeds."""
+    groups: dict[tuple, list[dict]] = {}
     for r in runs:
         c = r["config"]
         if c["method"]["name"] != "recycling":
             continue
-        key, score = _score(r)
         g = (c["task"]["name"], c["task"].get("stand_in_for"), c["model"]["name"], c["model"].get("stand_in_for"),
-             r["provenance"]["hardware"], c["method"]["variant"], int(r["metrics"]["recycling/k"]), key,
-             c["task"]["type"])
-        groups.setdefault(g, []).append(score)
+             r["provenance"]["hardware"], c["method"]["variant"], int(r["metrics"]["recycling/k"]),
+             c["task"]["objective"])
+        groups.setdefault(g, []).append(r)
     return groups
 
 
-def _caps(runs: list[dict]) -> list[str]:
-    seen = sorted({(r["config"]["task"]["name"], r["n_samples"].get("train_examples"),
-                    r["n_samples"].get("eval_examples"), r["n_samples"].get("max_length"),
-                    r["config"]["train"]["epochs"], r["provenance"]["device"]) for r in runs
-                   if r["config"]["method"]["name"] == "recycling"}, key=str)
-    return ["Caps: " + "; ".join(f"{t}: {a} train / {b} eval examples, max length {n}, {e:g} epochs"
-                                 for t, a, b, n, e, _ in seen),
-            "Device: " + ", ".join(sorted({s[-1] for s in seen}))] if seen else []
+class _Paper:
+    """The paper cells for one (model, task) of ours, remembering the stand-in mappings used (for the notes)."""
+
+    def __init__(self, pv, model, model_for, task, task_for):
+        self.pv, self.args, self.via = pv, dict(model_for=model_for, task_for=task_for), set()
+        self.model, self.task = model, task
+
+    def __call__(self, column: str, metric: str):
+        m = self.pv.find(self.model, self.task, column, metric, **self.args)
+        if m is not None:
+            self.via.update(m.via)
+        return m
+
+
+def _via_note(via: set[str]) -> list[str]:
+    if not via:
+        return []
+    return ["Paper rows reached through stand-ins (paper_values.yaml): " + "; ".join(sorted(via)) + ". Our offline "
+            "tasks are not the paper's: compare the gaps to Full, not the absolute numbers."]
 
 
 def accuracy_tables(runs: list[dict], out: Path) -> list[str]:
+    pv = paper_values("recycling")
     groups = _accuracy_groups(runs)
-    half = {}  # (task, model, hw) -> N/2 k: the main setting
-    for (task, _, model, _, hw, variant, k, _, _), _ in groups.items():
+    used = [r for rs in groups.values() for r in rs]
+    half = {}  # (task, model, hw) -> the k of reduced-type runs
+    for (task, _, model, _, hw, variant, k, _), _ in groups.items():
         if variant in ("reduced", "half_adapters", "frozen"):
             half.setdefault((task, model, hw), set()).add(k)
-    lines, t1, t2, depth = [], [], [], []
-    n_layers = {r["config"]["model"]["name"]: r["config"]["model"]["num_layers"] for r in runs}
-    tasks = sorted({g[:5] + (g[7], g[8]) for g in groups})
-    for task, task_for, model, model_for, hw, key, ttype in tasks:
-        fam = FAMILY[ttype]
+    n_layers = {r["config"]["model"]["name"]: r["config"]["model"]["num_layers"] for r in used}
+    t1 = Table("table1_standard", "Table 1: standard fine-tuning, Rdc vs Full (and F)",
+               ["task", "model", "metric", "variant", "k", "ours", "ours − full", "paper row", "paper", "paper − full",
+                "hardware"],
+               runs=[r for r in used if r["config"]["method"]["variant"] in ("full", "frozen", "reduced")])
+    t2 = Table("table2_adapters", "Table 2: adapters (Rdc + Half Adpt, Full Adpt) vs Full",
+               ["task", "model", "metric", "variant", "ours", "ours − full", "trainable %", "paper row", "paper",
+                "paper − full", "hardware"],
+               runs=[r for r in used if r["config"]["method"]["variant"] in ("full", "half_adapters", "full_adapters")])
+    depth = Table("depth_ablation", "Depth ablation (Tables 8-15): Rdc vs layers reduced",
+                  ["task", "model", "metric", "layers reduced", "ours", "ours − full", "paper row", "paper",
+                   "paper − full", "hardware"])
+    via, depth_runs, fig_data = set(), [], []
+    for task, task_for, model, model_for, hw, key in sorted({g[:5] + (g[7],) for g in groups}):
+        def runs_of(variant, k=None):
+            return [r for g, rs in groups.items() for r in rs if g[:5] == (task, task_for, model, model_for, hw)
+                    and g[5] == variant and (k is None or g[6] == k)]
 
         def scores(variant, k=None):
-            return [x for g, xs in groups.items() for x in xs if g[:5] == (task, task_for, model, model_for, hw)
-                    and g[5] == variant and (k is None or g[6] == k)]
+            return summary([_score(r)[1] for r in runs_of(variant, k)])
+        paper = _Paper(pv, model, model_for, task, task_for)
         ks = half.get((task, model, hw), set())
         half_k = n_layers[model] // 2  # the paper's main setting; other k are the depth ablation
         main_k = half_k if half_k in ks else (min(ks) if ks else None)
         full = scores("full")
         base = dict(task=label(task, task_for), model=label(model, model_for), metric=key)
-        p1 = PAPER["table1_minilm384"].get(fam, {})
+        p_full = paper("full", "score")
         for v in ("full", "frozen", "reduced"):
-            xs = scores(v, None if v == "full" else main_k)
-            if xs:
-                pv = p1.get(v)
-                t1.append({**base, "variant": v, "k": "—" if v == "full" else main_k, "ours": _ms(xs),
-                           "ours − full": _f(mean(xs) - mean(full), sign=True) if full else "—",
-                           "paper row": f"MiniLM-L6-H384, {fam} avg", "paper": _f(pv),
-                           "paper − full": _f(pv - p1["full"], sign=True) if pv is not None else "—", "hardware": hw})
-        p2 = PAPER["table2_scibert"].get(fam, {})
+            s = scores(v, None if v == "full" else main_k)
+            if not s.n:
+                continue
+            # Table 1's Rdc is k = N/2; F (frozen, no cache) is an efficiency baseline without an accuracy column
+            p = paper(v, "score") if v == "full" or (v == "reduced" and main_k == half_k) else None
+            pval = None if p is None else p.value
+            t1.add(**base, variant=v, k="—" if v == "full" else main_k, ours=s, **{
+                "ours − full": delta(s.mean, full.mean), "paper row": p.row if p else "—", "paper": pval,
+                "paper − full": delta(pval, p_full.value if p_full else None), "hardware": hw})
         for v in ("half_adapters", "full_adapters", "full"):
-            xs = scores(v, None if v == "full" else (main_k if v == "half_adapters" else None))
-            if xs:
-                pct = [r["metrics"]["params/trainable_pct"] for r in runs if r["config"]["method"]["name"] ==
-                       "recycling" and r["config"]["method"]["variant"] == v and r["config"]["task"]["name"] == task
-                       and r["config"]["model"]["name"] == model]
-                t2.append({**base, "variant": v, "ours": _ms(xs),
-                           "ours − full": _f(mean(xs) - mean(full), sign=True) if full else "—",
-                           "trainable %": _f(mean(pct)) if pct else "—",
-                           "paper row": f"(Sci)BERT, {fam} avg", "paper": _f(p2.get(v)),
-                           "paper − full": _f(p2[v] - p2["full"], sign=True) if v in p2 else "—", "hardware": hw})
-        p15 = PAPER["table15_minilm384"].get(fam, {})
-        for k in sorted(ks):
-            xs = scores("reduced", k)
-            if xs and (len(ks) > 1):
-                depth.append({**base, "layers reduced": k, "ours": _ms(xs),
-                              "ours − full": _f(mean(xs) - mean(full), sign=True) if full else "—",
-                              "paper row": f"MiniLM-L6-H384 (Table 15), {fam} avg", "paper": _f(p15.get(k)),
-                              "paper − full": _f(p15[k] - p15["full"], sign=True) if k in p15 else "—",
-                              "hardware": hw})
-    note = ("The paper's columns are its task-family averages for its nearest model (its tasks are not our offline "
-            "ones); compare the gaps to Full, not the absolute numbers.")
-    caps = _caps(runs)
-    lines += _write(out, "table1_standard", "Table 1: standard fine-tuning, Rdc vs Full (and F)", t1, [note, *caps])
-    lines += _write(out, "table2_adapters", "Table 2: adapters (Rdc + Half Adpt, Full Adpt) vs Full", t2,
-                    [note, "trainable % = trainable parameters / the full model's parameters.", *caps])
-    lines += _write(out, "depth_ablation", "Depth ablation (Tables 8-15): Rdc vs layers reduced", depth,
-                    [note, "Figure: figures/depth_ablation.png (accuracy vs layers reduced).", *caps])
-    if depth:
-        _depth_figure(depth, t1, out / "figures" / "depth_ablation.png")
+            s = scores(v, None if v == "full" else (main_k if v == "half_adapters" else None))
+            if not s.n:
+                continue
+            pct = [r["metrics"]["params/trainable_pct"] for r in runs_of(v)]
+            p = paper(v, "score")
+            pval = None if p is None else p.value
+            t2.add(**base, variant=v, ours=s, **{
+                "ours − full": delta(s.mean, full.mean), "trainable %": fmt(mean(pct)) if pct else "—",
+                "paper row": p.row if p else "—", "paper": pval,
+                "paper − full": delta(pval, p_full.value if p_full else None), "hardware": hw})
+        if len(ks) > 1:
+            p_dfull = paper("full", "appendix-avg")
+            for k in sorted(ks):
+                s = scores("reduced", k)
+                if not s.n:
+                    continue
+                depth_runs += runs_of("reduced", k)
+                p = paper(f"reduced-k{k}", "appendix-avg")
+                pval = None if p is None else p.value
+                depth.add(**base, **{"layers reduced": k, "ours": s, "ours − full": delta(s.mean, full.mean),
+                                     "paper row": p.row if p else "—", "paper": pval,
+                                     "paper − full": delta(pval, p_dfull.value if p_dfull else None), "hardware": hw})
+                fig_data.append({"task": base["task"], "model": base["model"], "metric": key, "k": k, "ours": s.mean, "ours_sd": s.sd,
+                                 "ours_full": full.mean, "paper": pval,
+                                 "paper_row": p.row if p else None})
+            depth_runs += runs_of("full")
+        via |= paper.via
+    depth.runs = depth_runs
+    cap = caps(used)
+    t1.notes = [*_via_note(via), *cap]
+    t2.notes = [*_via_note(via), "trainable % = trainable parameters / the full model's parameters.",
+                *_adapter_gaps(pv, t2), *cap]
+    lines = t1.write(out) + t2.write(out)
+    if depth.rows:
+        fig = _depth_figure(fig_data, out)
+        depth.notes = [*_via_note(via), "Paper columns: the appendix averages, which average the Micro and Macro F-1 "
+                       f"rows (so they differ from Table 1's). Figure: [{fig}]({fig}).", *cap]
+        lines += depth.write(out)
     return lines
 
 
-def _depth_figure(depth: list[dict], t1: list[dict], path: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    tasks = sorted({r["task"] for r in depth})
-    fig, axes = plt.subplots(1, len(tasks), figsize=(4 * len(tasks), 3.2), squeeze=False)
+def _adapter_gaps(pv, t2: Table) -> list[str]:
+    """When none of our models has an adapter row in the paper, say what the paper's own rows show."""
+    if any(row[t2.columns.index("paper")] is not None for row in t2.rows
+           if row[t2.columns.index("variant")] != "full"):
+        return []
+    parts = []
+    for fam in FAMILIES:
+        for c in pv.select(task=fam, column="half_adapters", metric="score"):
+            full = pv.get(c.model, fam, "full", "score")
+            fa = pv.get(c.model, fam, "full_adapters", "score")
+            parts.append(f"{c.model} {fam} {fmt(c.value - full.value, 1, sign=True)}"
+                         + (f" / {fmt(fa.value - full.value, 1, sign=True)}" if fa else ""))
+    return ["None of our models has an adapter row in the paper (it ran none on distilled models, footnote 2). Its "
+            "own gaps to Full, Rdc + Half Adpt / Full Adpt (Table 2): " + "; ".join(parts) + "."] if parts else []
+
+
+def _depth_figure(data: list[dict], out: Path) -> str:
+    plt = pyplot()
+    tasks = sorted({d["task"] for d in data})
+    fig, axes = plt.subplots(1, len(tasks), figsize=(4.5 * len(tasks), 3.8), squeeze=False)
     for ax, task in zip(axes[0], tasks):
-        rs = [r for r in depth if r["task"] == task]
-        ax.plot([r["layers reduced"] for r in rs], [float(r["ours"].split(" ")[0]) for r in rs], "o-", label="ours: Rdc")
-        full = [float(r["ours"].split(" ")[0]) for r in t1 if r["task"] == task and r["variant"] == "full"]
-        if full:
-            ax.axhline(full[0], color="gray", ls="--", label="ours: Full")
-        pcol = "paper"
-        ax2 = ax.twinx()
-        ax2.plot([r["layers reduced"] for r in rs], [float(r[pcol]) if r[pcol] != "—" else None for r in rs], "s:",
-                 color="#c44e52", label="paper: MiniLM-L6-H384 family avg")
+        rs = [d for d in data if d["task"] == task]
+        ax.plot([d["k"] for d in rs], [d["ours"] for d in rs], "o-", label="ours: Rdc")
+        if rs[0]["ours_full"] is not None:
+            ax.axhline(rs[0]["ours_full"], color="gray", ls="--", label="ours: Full")
         ax.set_xlabel("layers reduced (k)")
-        ax.set_ylabel(rs[0]["metric"])
-        ax2.set_ylabel("paper", color="#c44e52")
+        ax.set_ylabel(f"ours: {rs[0]['metric']}")
         ax.set_title(task, fontsize=8)
-        ax.legend(fontsize=6, loc="lower left")
-        ax2.legend(fontsize=6, loc="lower right")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+        handles = ax.get_legend_handles_labels()
+        if any(d["paper"] is not None for d in rs):
+            ax2 = ax.twinx()
+            ax2.plot([d["k"] for d in rs], [d["paper"] for d in rs], "s:", color="#c44e52",
+                     label=f"paper: {next(d['paper_row'] for d in rs if d['paper_row'])}")
+            ax2.set_ylabel("paper", color="#c44e52")
+            h2 = ax2.get_legend_handles_labels()
+            handles = (handles[0] + h2[0], handles[1] + h2[1])
+        ax.legend(*handles, fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.2))
+    return save_figure(fig, out, "depth_ablation", data)
 
 
 def _bench(runs: list[dict], variant: str) -> list[dict]:
     return sorted((r for r in runs if r["config"]["method"]["name"] == "recycling_bench"
                    and r["config"]["method"]["variant"] == variant),
-                  key=lambda r: (r["provenance"]["device"], r["config"]["model"]["num_layers"], r["config"]["model"]["name"]))
+                  key=lambda r: (r["provenance"]["device"], r["config"]["model"]["num_layers"],
+                                 r["config"]["model"]["name"]))
 
 
-def _nearest(model: str) -> str | None:
-    return PAPER["nearest"].get(model)
+def _paper_model(pv, r: dict, column: str, metric: str):
+    """The paper's efficiency row for this run's model (its own, or a declared twin), or None."""
+    return pv.find_for(r, column, metric, task=False)
+
+
+def _model_name(m) -> str:
+    return "—" if m is None else m.cell.model + (" (twin)" if m.via else "")
+
+
+def _value(m, digits: int = 0) -> str:
+    return fmt(None if m is None else m.value, digits)
 
 
 def timing_tables(runs: list[dict], out: Path) -> list[str]:
-    lines, train, infer = [], [], []
-    for r in _bench(runs, "training"):
+    pv = paper_values("recycling")
+    train_runs, infer_runs = _bench(runs, "training"), _bench(runs, "inference")
+    train = Table("timing_training", "Training timing (Table 5 style)",
+                  ["model", "layers", "k", "device", "batch", "seq_len", "NR_ms", "F_ms", "SR_ms", "R_ms", "R_ram_ms",
+                   "save_ms", "NR_vs_SR_pct", "F_vs_SR_pct", "NR_vs_R_pct", "speedup_pct", "paper_model",
+                   "paper_NR_vs_R_pct_A10G", "paper_NR_vs_R_pct_A6000"], runs=train_runs)
+    infer = Table("timing_inference", "Inference timing (Table 4 style)",
+                  ["model", "layers", "k", "device", "batch", "seq_len", "baseline_ms", "fp32_ms", "fp32_speedup_pct",
+                   "fp16_ms", "fp16_speedup_pct", "fp32_no_prefetch_pct", "fp16_no_prefetch_pct", "fp32_ram_pct",
+                   "fp16_ram_pct", "fp16_max_abs_score", "fp32_max_abs_logit", "speedup_pct", "paper_model",
+                   "paper_fp32_pct_A10G", "paper_fp16_pct_A10G"], runs=infer_runs)
+    via = set()
+    for r in train_runs:
         m, c = r["metrics"], r["config"]
-        near = _nearest(c["model"]["name"])
-        pa = PAPER["table5"]["A10G"].get(near, [None] * 5)
-        p6 = PAPER["table5"]["A6000"].get(near, [None] * 5)
-        train.append({"model": c["model"]["name"], "layers": c["model"]["num_layers"], "k": r["n_samples"]["k"],
-                      "device": r["provenance"]["device"], "batch": c["method"]["batch_size"],
-                      "seq_len": c["method"]["seq_len"], "NR_ms": _f(m["time/NR_ms"], 1), "F_ms": _f(m["time/F_ms"], 1),
-                      "SR_ms": _f(m["time/SR_ms"], 1), "R_ms": _f(m["time/R_ms"], 1),
-                      "R_ram_ms": _f(m["time/R_ram_ms"], 1), "save_ms": _f(m["time/save_ms"], 1),
-                      "NR_vs_SR_pct": _f(m["speedup/NR_vs_SR_pct"], 1), "F_vs_SR_pct": _f(m["speedup/F_vs_SR_pct"], 1),
-                      "NR_vs_R_pct": _f(m["speedup/NR_vs_R_pct"], 1), "speedup_pct": _f(m["speedup/NR_vs_R_pct"], 1),
-                      "paper_model": near or "—", "paper_NR_vs_R_pct_A10G": _f(pa[4], 0),
-                      "paper_NR_vs_R_pct_A6000": _f(p6[4], 0)})
-    for r in _bench(runs, "inference"):
+        pa, p6 = (_paper_model(pv, r, gpu, "speedup/NR_vs_R_pct") for gpu in ("A10G", "A6000"))
+        via.update(pa.via if pa else ())
+        train.add(c["model"]["name"], c["model"]["num_layers"], r["n_samples"]["k"], r["provenance"]["device"],
+                  c["method"]["batch_size"], c["method"]["seq_len"], *(fmt(m[f"time/{x}_ms"], 1) for x in
+                                                                       ("NR", "F", "SR", "R", "R_ram", "save")),
+                  fmt(m["speedup/NR_vs_SR_pct"], 1), fmt(m["speedup/F_vs_SR_pct"], 1), fmt(m["speedup/NR_vs_R_pct"], 1),
+                  fmt(m["speedup/NR_vs_R_pct"], 1), _model_name(pa), _value(pa), _value(p6))
+    for r in infer_runs:
         m, c = r["metrics"], r["config"]
-        near = _nearest(c["model"]["name"])
-        pa = PAPER["table4"]["A10G"].get(near, [None] * 5)
-        infer.append({"model": c["model"]["name"], "layers": c["model"]["num_layers"], "k": r["n_samples"]["k"],
-                      "device": r["provenance"]["device"], "batch": c["method"]["batch_size"],
-                      "seq_len": c["method"]["seq_len"], "baseline_ms": _f(m["time/baseline_ms"], 1),
-                      "fp32_ms": _f(m["time/fp32_disk_prefetch_ms"], 1),
-                      "fp32_speedup_pct": _f(m["speedup/fp32_disk_prefetch_pct"], 1),
-                      "fp16_ms": _f(m["time/fp16_disk_prefetch_ms"], 1),
-                      "fp16_speedup_pct": _f(m["speedup/fp16_disk_prefetch_pct"], 1),
-                      "fp32_no_prefetch_pct": _f(m["speedup/fp32_disk_pct"], 1),
-                      "fp16_no_prefetch_pct": _f(m["speedup/fp16_disk_pct"], 1),
-                      "fp32_ram_pct": _f(m["speedup/fp32_ram_pct"], 1), "fp16_ram_pct": _f(m["speedup/fp16_ram_pct"], 1),
-                      "fp16_max_abs_score": f"{m['fidelity/fp16_max_abs_score']:.1e}",
-                      "fp32_max_abs_logit": f"{m['fidelity/fp32_max_abs_logit']:.1e}",
-                      "speedup_pct": _f(m["speedup/fp16_disk_prefetch_pct"], 1), "paper_model": near or "—",
-                      "paper_fp32_pct_A10G": _f(pa[3], 0), "paper_fp16_pct_A10G": _f(pa[4], 0)})
+        p32 = _paper_model(pv, r, "A10G", "speedup/fp32_disk_prefetch_pct")
+        p16 = _paper_model(pv, r, "A10G", "speedup/fp16_disk_prefetch_pct")
+        via.update(p16.via if p16 else ())
+        infer.add(c["model"]["name"], c["model"]["num_layers"], r["n_samples"]["k"], r["provenance"]["device"],
+                  c["method"]["batch_size"], c["method"]["seq_len"], fmt(m["time/baseline_ms"], 1),
+                  fmt(m["time/fp32_disk_prefetch_ms"], 1), fmt(m["speedup/fp32_disk_prefetch_pct"], 1),
+                  fmt(m["time/fp16_disk_prefetch_ms"], 1), fmt(m["speedup/fp16_disk_prefetch_pct"], 1),
+                  fmt(m["speedup/fp32_disk_pct"], 1), fmt(m["speedup/fp16_disk_pct"], 1),
+                  fmt(m["speedup/fp32_ram_pct"], 1), fmt(m["speedup/fp16_ram_pct"], 1),
+                  f"{m['fidelity/fp16_max_abs_score']:.1e}", f"{m['fidelity/fp32_max_abs_logit']:.1e}",
+                  fmt(m["speedup/fp16_disk_prefetch_pct"], 1), _model_name(p16), _value(p32), _value(p16))
     cpu = ("CPU timings: ratios measured interleaved in one process; not comparable to the paper's GPU milliseconds. "
            "speedup = T_base / T_method − 1 (spec §4). 'disk' = memory-mapped shards (served from the page cache once "
            "read).")
-    lines += _write(out, "timing_training", "Training timing (Table 5 style)", train,
-                    [cpu, "NR full model; F lower half frozen, no cache; R cache-fed upper half (memory-mapped; R_ram: in "
-                     "RAM); SR = (one cache-building epoch + 5 recycling epochs) / 6; speedup_pct = NR vs R. Each step "
-                     "is the suite's trainer step (AdamW), batch fetching included."])
-    lines += _write(out, "timing_inference", "Inference timing (Table 4 style)", infer,
-                    [cpu, "fp32/fp16 columns: cache read from memory-mapped shards with the prefetch thread on (the "
-                     "paper's setting); speedup_pct = fp16 cache, prefetch on. max |Δ| vs the full model."])
-    if train or infer:
-        _speedup_figure(train, infer, out / "figures" / "speedup_vs_depth.png")
-        lines += ["Figure: [figures/speedup_vs_depth.png](figures/speedup_vs_depth.png)", ""]
+    twins = [f"paper_model: the paper's row for the model, or its declared twin: {'; '.join(sorted(via))}."] \
+        if via else []
+    train.notes = [cpu, "NR full model; F lower half frozen, no cache; R cache-fed upper half (memory-mapped; R_ram: in "
+                   "RAM); SR = (one cache-building epoch + 5 recycling epochs) / 6; speedup_pct = NR vs R. Each step is "
+                   "the suite's trainer step (AdamW), batch fetching included.", *twins]
+    infer.notes = [cpu, "fp32/fp16 columns: cache read from memory-mapped shards with the prefetch thread on (the "
+                   "paper's setting); speedup_pct = fp16 cache, prefetch on. max |Δ| vs the full model.", *twins]
+    lines = train.write(out) + infer.write(out)
+    if train.rows or infer.rows:
+        fig = _speedup_figure(train, infer, out)
+        lines += [f"Figure: [{fig}]({fig})", ""]
     return lines
 
 
-def _speedup_figure(train: list[dict], infer: list[dict], path: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def _speedup_figure(train: Table, infer: Table, out: Path) -> str:
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(8, 3.2))
-    for ax, rows, col, pcol, title in ((axes[0], train, "speedup_pct", "paper_NR_vs_R_pct_A10G", "training: NR vs R"),
-                                       (axes[1], infer, "speedup_pct", "paper_fp16_pct_A10G", "inference: fp16 cache")):
-        rows = sorted(rows, key=lambda r: r["layers"])
+    data = []
+    for ax, t, pcol, title in ((axes[0], train, "paper_NR_vs_R_pct_A10G", "training: NR vs R"),
+                               (axes[1], infer, "paper_fp16_pct_A10G", "inference: fp16 cache")):
+        rows = sorted((dict(zip(t.columns, row)) for row in t.rows), key=lambda r: r["layers"])
         x = range(len(rows))
-        ax.bar([i - 0.2 for i in x], [float(r[col]) for r in rows], 0.4, label="ours (CPU)")
-        ax.bar([i + 0.2 for i in x], [float(r[pcol]) if r[pcol] != "—" else 0 for r in rows], 0.4,
-               label="paper (A10G, nearest model)", color="#c44e52")
+        ours = [float(r["speedup_pct"]) for r in rows]
+        paper = [float(r[pcol]) if r[pcol] != "—" else None for r in rows]
+        ax.bar([i - 0.2 for i in x], ours, 0.4, label="ours (CPU)")
+        ax.bar([i + 0.2 for i in x], [p or 0 for p in paper], 0.4, label="paper (A10G, row of the model)",
+               color="#c44e52")
         ax.set_xticks(list(x), [f"{r['model']}\n{r['layers']} layers, k={r['k']}\n~{r['paper_model']}" for r in rows],
                       fontsize=7)
         ax.set_ylabel("speedup %")
         ax.set_title(title, fontsize=9)
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+        data += [{"panel": title, "model": r["model"], "layers": r["layers"], "k": r["k"], "ours_speedup_pct": o,
+                  "paper_model": r["paper_model"], "paper_speedup_pct_A10G": p} for r, o, p in zip(rows, ours, paper)]
+    return save_figure(fig, out, "speedup_vs_depth", data)
 
 
 def storage_table(runs: list[dict], out: Path) -> list[str]:
-    rows = []
-    for r in _bench(runs, "storage"):
+    pv = paper_values("recycling")
+    rs = _bench(runs, "storage")
+    t = Table("storage", "Storage of the layer-k cache",
+              ["model", "d", "k", "task", "sequences", "tokens", "fp32 B/token", "fp16 B/token", "fp32 KB/sequence",
+               "fp16 KB/sequence", "distinct sequences / tokens", "fp16 on disk = Σ distinct tokens·d·2",
+               "fp16 disk MB", "epoch-2 hit rate", "epoch-2 computed", "device"], runs=rs)
+    for r in rs:
         m, c = r["metrics"], r["config"]
-        rows.append({"model": c["model"]["name"], "d": int(m["storage/d"]), "k": int(m["storage/k"]),
-                     "task": label(c["task"]["name"], c["task"].get("stand_in_for")),
-                     "sequences": int(m["storage/sequences"]), "tokens": int(m["storage/tokens"]),
-                     "fp32 B/token": int(m["storage/fp32_bytes_per_token"]),
-                     "fp16 B/token": int(m["storage/fp16_bytes_per_token"]),
-                     "fp32 KB/sequence": _f(m["storage/fp32_bytes_per_sequence"] / 1e3, 1),
-                     "fp16 KB/sequence": _f(m["storage/fp16_bytes_per_sequence"] / 1e3, 1),
-                     "distinct sequences / tokens": f"{int(m['storage/unique_sequences'])} / {int(m['storage/unique_tokens'])}",
-                     "fp16 on disk = Σ distinct tokens·d·2": "yes" if m["storage/fp16_disk_bytes"] ==
-                     m["storage/unique_tokens"] * m["storage/d"] * 2 else f"no ({int(m['storage/fp16_disk_bytes'])} B)",
-                     "fp16 disk MB": _f(m["storage/fp16_disk_bytes"] / 1e6, 3),
-                     "epoch-2 hit rate": _f(100 * m["storage/epoch2_hit_rate"], 1) + "%",
-                     "epoch-2 computed": int(m["storage/epoch2_computed"]), "device": r["provenance"]["device"]})
-    p = PAPER["storage_512x768_MB"]
-    return _write(out, "storage", "Storage of the layer-k cache", rows,
-                  [f"The paper's unit example: 512 tokens at d=768 take {p['fp32']} MB (fp32) / {p['fp16']} MB (fp16); "
-                   "ours for the same shape: 512·768·4 B = 1.57 MB and 0.79 MB. Epoch 2: a second, reshuffled pass over "
-                   "the cache with a fresh store object; every read counted."])
+        t.add(c["model"]["name"], int(m["storage/d"]), int(m["storage/k"]), label(c["task"]["name"],
+                                                                                 c["task"].get("stand_in_for")),
+              int(m["storage/sequences"]), int(m["storage/tokens"]), int(m["storage/fp32_bytes_per_token"]),
+              int(m["storage/fp16_bytes_per_token"]), fmt(m["storage/fp32_bytes_per_sequence"] / 1e3, 1),
+              fmt(m["storage/fp16_bytes_per_sequence"] / 1e3, 1),
+              f"{int(m['storage/unique_sequences'])} / {int(m['storage/unique_tokens'])}",
+              "yes" if m["storage/fp16_disk_bytes"] == m["storage/unique_tokens"] * m["storage/d"] * 2
+              else f"no ({int(m['storage/fp16_disk_bytes'])} B)", fmt(m["storage/fp16_disk_bytes"] / 1e6, 3),
+              fmt(100 * m["storage/epoch2_hit_rate"], 1) + "%", int(m["storage/epoch2_computed"]),
+              r["provenance"]["device"])
+    fp32, fp16 = (pv.get(None, None, p, "storage/512x768_MB") for p in ("fp32", "fp16"))
+    t.notes = [f"The paper's unit example ({fp32.where}): 512 tokens at d=768 take {fp32.value} MB (fp32) / "
+               f"{fp16.value} MB (fp16); ours for the same shape: 512·768·4 B = 1.57 MB and 0.79 MB. Epoch 2: a second, "
+               "reshuffled pass over the cache with a fresh store object; every read counted."]
+    return t.write(out)
 
 
 def cost_table(runs: list[dict], out: Path) -> list[str]:
     from recycling.cost import months_to_break_even
-    rows = []
-    for near, (cloud, local, d) in PAPER["table7"].items():
-        base, _, fp16 = PAPER["table4"]["A10G"][near][:3]
-        rows.append({"model": near, "source": "paper (Table 4 A10G timings)", "T_base_ms": base, "T_fp16_ms": fp16,
-                     "cloud months": _f(months_to_break_even(base, fp16, d, "cloud")), "paper cloud": _f(cloud),
-                     "local months": _f(months_to_break_even(base, fp16, d, "local"), 1), "paper local": _f(local, 1)})
-    for r in _bench(runs, "cost"):
+    pv = paper_values("recycling")
+    rs = _bench(runs, "cost")
+    via = set()
+    t = Table("cost", "Table 7: break-even storage time (months)",
+              ["model", "source", "T_base_ms", "T_fp16_ms", "cloud months", "paper cloud", "local months",
+               "paper local"], runs=rs)
+    for cloud in pv.select(column="cloud", metric="cost/months"):
+        m = cloud.model
+        base, fp16 = (pv.get(m, None, "A10G", k).value for k in ("time/baseline_ms", "time/fp16_disk_prefetch_ms"))
+        d = pv.get(m, None, None, "hidden_size").value
+        local = pv.get(m, None, "local", "cost/months").value
+        t.add(m, "paper (Table 4 A10G timings)", base, fp16, fmt(months_to_break_even(base, fp16, d, "cloud")),
+              fmt(cloud.value), fmt(months_to_break_even(base, fp16, d, "local"), 1), fmt(local, 1))
+    for r in rs:
         m, c = r["metrics"], r["config"]
         bs = c["method"]["batch_size"]
-        near = _nearest(c["model"]["name"])
-        pc = PAPER["table7"].get(near, [None, None])
-        rows.append({"model": c["model"]["name"], "source": f"ours: {r['provenance']['device']}, batch {bs}, scaled to 128",
-                     "T_base_ms": _f(128 / bs * m["time/baseline_ms"], 0),
-                     "T_fp16_ms": _f(128 / bs * m["time/fp16_disk_prefetch_ms"], 0),
-                     "cloud months": _f(m["cost/cloud_months"]), "paper cloud": _f(pc[0]),
-                     "local months": _f(m["cost/local_months"], 1), "paper local": _f(pc[1], 1)})
-    return _write(out, "cost", "Table 7: break-even storage time (months)", rows,
-                  ["months = (T_base − T_fp16) per 128 × 512-token batch × $5.67/4 per GPU-hour ÷ (128·512·d·2 B / 2^30 × "
-                   "$/GB/month), cloud $0.01, local $0.23/1000 (recycling/cost.py). Our rows price CPU milliseconds at "
-                   "the paper's A10G rate: illustrative only."])
+        pc, pl = (_paper_model(pv, r, col, "cost/months") for col in ("cloud", "local"))
+        via.update(pc.via if pc else ())
+        t.add(c["model"]["name"],
+              f"ours: {r['provenance']['device']}, batch {bs}, scaled to 128",
+              fmt(128 / bs * m["time/baseline_ms"], 0), fmt(128 / bs * m["time/fp16_disk_prefetch_ms"], 0),
+              fmt(m["cost/cloud_months"]), _value(pc, 2), fmt(m["cost/local_months"], 1), _value(pl, 1))
+    t.notes = ["months = (T_base − T_fp16) per 128 × 512-token batch × $5.67/4 per GPU-hour ÷ (128·512·d·2 B / 2^30 × "
+               "$/GB/month), cloud $0.01, local $0.23/1000 (recycling/cost.py). Our rows price CPU milliseconds at the "
+               "paper's A10G rate: illustrative only.",
+               *([f"Paper columns of our rows: the paper's row for the model or its declared twin: "
+                  f"{'; '.join(sorted(via))}."] if via else [])]
+    return t.write(out)
 
 
 def build(runs: list[dict], out: Path) -> list[str]:
     out = Path(out)
-    return ["# Embedding Recycling: the paper's tables", "",
-            *accuracy_tables(runs, out), *timing_tables(runs, out), *storage_table(runs, out), *cost_table(runs, out)]
+    return [*accuracy_tables(runs, out), *timing_tables(runs, out), *storage_table(runs, out), *cost_table(runs, out)]

@@ -8,7 +8,7 @@ from omegaconf import DictConfig, OmegaConf
 from experiments import data as D
 from experiments.context import RunContext
 from experiments.finetune import fit_and_score, prepare, record_samples
-from experiments.models import count_parameters
+from experiments.models import count_parameters, tokenizer_fingerprint
 from recycling import cache as C
 from recycling.config import CACHED, VARIANTS
 from recycling.model import apply_variant, blocks, lower_model, resolve_k
@@ -16,18 +16,12 @@ from recycling.model import apply_variant, blocks, lower_model, resolve_k
 log = logging.getLogger(__name__)
 
 
-def tokenizer_key(cfg: DictConfig) -> str:
-    return f"{cfg.model.name}|{cfg.model.hf_id}|{cfg.task.type}"
-
-
 def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
     m = cfg.method
     if m.variant not in VARIANTS:
         raise ValueError(f"unknown recycling variant {m.variant!r}; valid: {', '.join(VARIANTS)}")
-    if cfg.get("pema") is not None and cfg.pema.enabled:
-        raise ValueError("pema.enabled=true is not applied by method=recycling (the cache-fed variants never read the "
-                         "embedding matrix); use method=finetune for PEMA, or drop pema.enabled")
     tok, model, raw, train, evals = prepare(cfg)
+    ctx.tokenizer_fingerprint = tokenizer_fingerprint(tok)
     record_samples(cfg, ctx, raw, train, evals)
     k = resolve_k(m.k, len(blocks(model.encoder)))
     total = count_parameters(model)["params/total"]  # the full model's size: trainable % is relative to it
@@ -47,7 +41,7 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
         for split, feats in (("train", train), ("eval", evals)):
             rows = D.rows_of(feats)
             before = store.stats.computed
-            states = C.build(store, lower, rows, k, tokenizer_key=tokenizer_key(cfg), max_length=n,
+            states = C.build(store, lower, rows, k, tokenizer_key=ctx.tokenizer_fingerprint, max_length=n,
                              batch_size=hw.eval_batch_size, device=ctx.device)
             caches[split] = C.LayerCache(states, k, rows, pad, in_ram=m.cache_in_ram)
             extra[f"cache/{split}_computed"] = store.stats.computed - before

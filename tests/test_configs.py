@@ -73,6 +73,14 @@ def test_unknown_option_lists_the_valid_ones(group):
     msg = str(e.value)
     assert f"Could not find '{group}/no-such-{group}'" in msg and "Available options" in msg
     assert all(name in msg for name in GROUP_FILES[group])
+    listed = msg.split("Available options")[1].split("Config search path")[0].split()
+    assert sorted(listed[2:] if listed[:2] == ["in", f"'{group}':"] else listed) == GROUP_FILES[group]  # no *_schema
+
+
+def test_schema_entries_are_not_runnable_options():
+    for bad in ("method=finetune_schema", "method=schema", "model=schema"):
+        with pytest.raises(ConfigCompositionException, match="Could not find"):
+            compose(bad)
 
 
 def test_malformed_override_fails_to_parse():

@@ -1,12 +1,9 @@
-"""What methods get from the runner: the shared activation store over an encoded split, and the wandb stream."""
-import sys
-import types
-
+"""What methods get from the runner: the shared activation store over an encoded split (the wandb stream is tested
+for real in tests/test_run.py)."""
 import torch
 
 from experiments.context import RunContext
 from experiments.finetune import prepare
-from experiments.run import execute
 from tests.conftest import compose
 
 
@@ -30,18 +27,12 @@ def test_store_serves_layer_k_of_an_encoded_split_and_computes_only_what_is_miss
     assert torch.equal(again.layer(2)[0], view.layer(2)[0])
 
 
-def test_wandb_logger_streams_eval_metrics(tmp_path, monkeypatch):
-    logged, inits = [], []
+def test_store_takes_a_methods_own_dtype_and_root_and_names_a_bad_dtype(tmp_path):
+    import pytest
 
-    class Run:
-        def log(self, metrics, step=None):
-            logged.append((step, metrics))
-
-        def finish(self):
-            logged.append("finished")
-
-    fake = types.SimpleNamespace(init=lambda **kw: inits.append(kw) or Run())
-    monkeypatch.setitem(sys.modules, "wandb", fake)
-    rec = execute(compose("debug=smoke", "logger=wandb", f"results_dir={tmp_path}"), tmp_path / "run")
-    assert rec["status"] == "ok" and inits[0]["mode"] == "offline" and inits[0]["name"] == rec["run_id"]
-    assert [s for s, m in logged[:-1]] == [3, 6] and "eval/accuracy" in logged[0][1] and logged[-1] == "finished"
+    ctx = RunContext(output_dir=tmp_path, device=torch.device("cpu"), device_name="cpu", store_dir=tmp_path / "acts")
+    assert ctx.store().dtype == torch.float16 and ctx.store().root == tmp_path / "acts"  # store.dtype's default
+    other = ctx.store("fp32", root=tmp_path / "bench")
+    assert other.dtype == torch.float32 and other.root == tmp_path / "bench"
+    with pytest.raises(ValueError, match="'bf16' is not one of fp16, fp32"):
+        ctx.store("bf16")

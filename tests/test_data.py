@@ -25,10 +25,33 @@ def test_fixture_splits_and_limits_take_a_fixed_subset():
 
 def test_unknown_source_and_missing_fixture_are_errors():
     cfg = compose("task=sst2", "data.source=fixture")
-    with pytest.raises(ValueError, match="has no fixture"):
-        D.load_splits(cfg.task, cfg.data)
-    with pytest.raises(ValueError, match="valid: offline, hub, fixture"):
-        D.load_splits(cfg.task, compose("data.source=ftp").data)
+    for load in (D.load_splits, lambda t, d: D.load_rows(t, d, "train")):
+        with pytest.raises(ValueError, match="has no fixture"):
+            load(cfg.task, cfg.data)
+        with pytest.raises(ValueError, match="valid: offline, hub, fixture"):
+            load(cfg.task, compose("data.source=ftp").data)
+
+
+def test_load_rows_reads_one_named_split_uncapped_as_plain_dicts():
+    cfg = compose("debug=smoke", "task=rt-polarity", "data.limit_train=10")
+    rows = D.load_rows(cfg.task, cfg.data, "train")
+    splits = D.load_splits(cfg.task, compose("debug=smoke", "task=rt-polarity").data)
+    assert isinstance(rows[0], dict) and "split" in rows[0]
+    assert [r["text"] for r in rows] == splits["train"]["text"]  # every row in file order: no cap, no shuffle
+    assert len(D.load_rows(cfg.task, cfg.data, "eval")) == 16 and D.load_rows(cfg.task, cfg.data, "test") == []
+
+
+def test_read_jsonl_keeps_unicode_line_separators_inside_a_row(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    path.write_text('{"text": "a\u2028b"}\n\n{"text": "c"}\n', encoding="utf-8")
+    assert D.read_jsonl(path) == [{"text": "a\u2028b"}, {"text": "c"}]
+
+
+@pytest.mark.assets
+def test_load_rows_offline_equals_the_split_load_splits_reads():
+    cfg = compose("task=rt-polarity", "data.limit_eval=null")  # the CPU budget caps eval at 1000
+    rows = D.load_rows(cfg.task, cfg.data, cfg.task.splits["eval"])
+    assert [r["text"] for r in rows] == D.load_splits(cfg.task, cfg.data)["eval"]["text"]
 
 
 def test_ner_labels_sit_on_first_pieces_only():

@@ -208,3 +208,33 @@ def test_squad_max_over_golds_and_mean():
 def test_squad_rejects_bare_string_reference():
     with pytest.raises(ValueError, match="list"):
         squad_em_f1(["cat"], ["cat"])
+
+
+# ---------------------------------------------------------------- paper-specific scores (issue 10 item 4)
+
+def test_f1_binary_is_the_positive_class_f1():
+    from sklearn.metrics import f1_score
+    labels, preds = [1, 1, 0, 0, 1], [1, 0, 0, 1, 1]
+    # class 1: tp 2, fp 1, fn 1 -> P 2/3, R 2/3, F1 2/3 (class 0 would give 1/2; macro 7/12)
+    assert M.f1_binary(preds, labels) == approx(2 / 3) == approx(f1_score(labels, preds))
+    assert f1_macro(preds, labels) == approx(7 / 12)
+    assert M.f1_binary([0, 0], [0, 0]) == 0.0  # no positives anywhere: 0, not a warning
+    with pytest.raises(ValueError, match=r"two-class.*\[2\].*f1_macro"):
+        M.f1_binary([0, 1, 2], [0, 1, 1])
+
+
+def test_token_macro_f1_counts_o_as_a_class():
+    from sklearn.metrics import f1_score
+    gold = [["O", "B-D", "I-D", "O"], ["B-D", "O"]]
+    pred = [["O", "B-D", "O", "O"], ["O", "O"]]
+    # O: tp 3, pred 5, gold 3 -> F1 3/4; B-D: tp 1, pred 1, gold 2 -> 2/3; I-D: tp 0 -> 0; macro = 17/36
+    assert M.token_macro_f1(pred, gold) == approx(17 / 36)
+    flat = lambda tags: [t for s in tags for t in s]  # noqa: E731
+    assert M.token_macro_f1(pred, gold) == approx(f1_score(flat(gold), flat(pred), average="macro"))
+    assert token_f1(pred, gold) == approx(0.5)  # without O: tp 1, pred 1, gold 3 -> P 1, R 1/3, F1 1/2
+    # a tag only predicted (never gold) is a class too: sklearn's union of labels
+    noisy = [["O", "B-D", "I-X", "O"], ["B-D", "O"]]
+    assert M.token_macro_f1(noisy, gold) == approx(f1_score(flat(gold), flat(noisy), average="macro"))
+    assert "token_macro_f1" in HIGHER_IS_BETTER and "f1_binary" in HIGHER_IS_BETTER
+    with pytest.raises(ValueError, match="sequence 0"):
+        M.token_macro_f1([["O"]], [["O", "O"]])

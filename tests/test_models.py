@@ -1,8 +1,9 @@
-"""Heads, pooling and model building on tiny random models."""
+"""Model, tokenizer and causal-LM loading, the tokenizer fingerprint, heads and pooling (tiny random models)."""
 import pytest
 import torch
 
-from experiments.models import SequenceHead, SpanHead, TokenHead, build, byte_tokenizer, pool
+from experiments.models import (SequenceHead, SpanHead, TokenHead, build, byte_tokenizer, load_causal_lm,
+                                load_tokenizer, pool, tokenizer_fingerprint, weights_path)
 from tests.conftest import compose
 
 
@@ -79,3 +80,65 @@ def test_hidden_size_mismatch_is_reported():
     cfg = compose("model=tiny-bert", "task=rt-polarity", "model.hidden_size=64")
     with pytest.raises(ValueError, match="hidden_size=64"):
         build(cfg.model, cfg.task)
+
+
+def test_tokenizer_fingerprint_is_content_not_path(tmp_path):
+    import shutil
+
+    from transformers import AutoTokenizer
+    byte_tokenizer().save_pretrained(tmp_path / "cache" / "tok")
+    shutil.copytree(tmp_path / "cache", tmp_path / "moved" / "cache")  # STRATA_CACHE elsewhere: the same files
+    a = AutoTokenizer.from_pretrained(tmp_path / "cache" / "tok")
+    b = AutoTokenizer.from_pretrained(tmp_path / "moved" / "cache" / "tok")
+    assert tokenizer_fingerprint(a) == tokenizer_fingerprint(b)
+    assert tokenizer_fingerprint(byte_tokenizer()) == tokenizer_fingerprint(byte_tokenizer())
+    fp = tokenizer_fingerprint(a)
+    a("some text", truncation=True, max_length=3, padding="max_length")  # leaves truncation/padding set inside
+    assert tokenizer_fingerprint(a) == fp
+    a.add_tokens(["strata"])  # a new token changes the ids some text gets
+    assert tokenizer_fingerprint(a) != fp
+    b.pad_token = b.cls_token  # another special token map
+    assert tokenizer_fingerprint(b) != fp
+
+
+def test_fingerprint_of_a_slow_tokenizer_reads_its_vocabulary(tmp_path):
+    from transformers import BertTokenizer
+    (tmp_path / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "a", "b"]) + "\n")
+    tok = BertTokenizer(str(tmp_path / "vocab.txt"))
+    fp = tokenizer_fingerprint(tok)
+    assert len(fp) == 16 and fp == tokenizer_fingerprint(BertTokenizer(str(tmp_path / "vocab.txt")))
+    tok.add_tokens(["c"])
+    assert tokenizer_fingerprint(tok) != fp
+
+
+def test_load_tokenizer_and_causal_lm_of_a_random_model():
+    cfg = compose("model=tiny-llama")
+    assert tokenizer_fingerprint(load_tokenizer(cfg.model)) == tokenizer_fingerprint(byte_tokenizer())
+    torch.manual_seed(0)
+    tok, lm = load_causal_lm(cfg.model)
+    assert not lm.training and next(lm.parameters()).dtype == torch.float32
+    assert lm.config.num_hidden_layers == cfg.model.num_layers and lm.config.vocab_size == len(tok)
+    torch.manual_seed(0)
+    _, again = load_causal_lm(cfg.model, dtype=torch.bfloat16)
+    w, w16 = lm.lm_head.weight, again.lm_head.weight
+    assert w16.dtype == torch.bfloat16 and torch.equal(w.to(torch.bfloat16), w16)  # same draw, rounded
+    ids = torch.tensor([tok("a b c")["input_ids"]])
+    with torch.no_grad():
+        assert lm(input_ids=ids).logits.shape == (1, ids.shape[1], len(tok))
+
+
+def test_loaders_name_the_bad_key():
+    with pytest.raises(ValueError, match="model.kind=encoder; this method needs a causal LM"):
+        load_causal_lm(compose("model=tiny-bert").model)
+    with pytest.raises(ValueError, match="model.source='config' names no pretrained files"):
+        weights_path(compose("model=tiny-bert").model)
+    with pytest.raises(ValueError, match="model.source='ftp'"):
+        load_tokenizer(compose("model=minilm-l6", "model.source=ftp").model)
+
+
+@pytest.mark.assets
+def test_offline_tokenizers_sharing_a_vocabulary_share_a_fingerprint():
+    fps = {m: tokenizer_fingerprint(load_tokenizer(compose(f"model={m}").model))
+           for m in ("minilm-l6", "minilm-l3", "e5-small", "smollm2-135m")}
+    assert fps["minilm-l6"] == fps["minilm-l3"]  # the same vocab.txt: the same ids, shared store entries
+    assert len({fps["minilm-l6"], fps["e5-small"], fps["smollm2-135m"]}) == 3

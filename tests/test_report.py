@@ -1,77 +1,186 @@
-"""Synthetic run records in, a known table out."""
+"""Synthetic run records in, known tables out: grouping by every differing config field, legacy marking, only
+existing figures linked, every committed metric key with a declared direction."""
 import json
-
-import pytest
-import yaml
+import re
+from types import SimpleNamespace
 
 from experiments import report
+from experiments.metrics import declared, higher_is_better
+from experiments.paper_values import PaperValues, parse
 from experiments.results import write_json
+from tests.conftest import REPO
 
 
-def _run(seed, acc, task="rt-polarity", method="finetune", variant="full", exp="finetune/default_cpu", wall=10.0):
-    return {"schema_version": 1, "run_id": f"{task}--minilm-l6--{method}-{variant}--seed{seed}", "paper": "demo",
-            "exp_id": exp, "status": "ok", "metrics": {"eval/accuracy": acc, "params/total": 5.0},
-            "config": {"task": {"name": task, "stand_in_for": "sst2"}, "model": {"name": "minilm-l6", "stand_in_for": None},
-                       "method": {"name": method, "variant": variant}, "seed": seed,
-                       "train": {"epochs": 1.0, "max_steps": -1}},
+def _run(seed, acc, task="rt-polarity", variant="full", exp="demo/default_cpu", wall=10.0, k=None, schema=2,
+         method="finetune", metrics=None):
+    return {"schema_version": schema, "run_id": f"{task}--minilm-l6--{method}-{variant}--seed{seed}", "paper": "demo",
+            "exp_id": exp, "status": "ok",
+            "metrics": metrics if metrics is not None else {"eval/accuracy": acc, "params/total": 5.0},
+            "config": {"task": {"name": task, "stand_in_for": "sst2", "objective": "eval/accuracy"},
+                       "model": {"name": "minilm-l6", "stand_in_for": None},
+                       "method": {"name": method, "variant": variant, "k": k}, "seed": seed, "publish": True,
+                       "hardware": {"name": "cpu"}, "train": {"epochs": 1.0, "max_steps": -1}},
             "n_samples": {"train_examples": 2000, "eval_examples": 1000, "max_length": 64},
-            "provenance": {"wall_s": wall, "hardware": "cpu", "device": "cpu: test, 2 threads"}}
+            "provenance": {"wall_s": wall, "hardware": "cpu", "device": "cpu: test, 2 threads", "git_dirty": False}}
 
+
+PV = parse({"cells": [{"model": None, "task": "sst2", "column": "full", "metric": "accuracy", "value": 91.0,
+                       "where": "Table 1"}]}, "demo/paper_values.yaml")
 
 GOLDEN = """\
-| task | model | method | metric | ours (mean ± sd, n) | paper | Δ | hardware |
-|---|---|---|---|---|---|---|---|
-| rt-polarity (stand-in for sst2) | minilm-l6 | finetune-full | eval/accuracy ↑ | 80.00 ± 2.00 (n=3) | 91.00 | -11.00 | cpu |
-| rt-polarity (stand-in for sst2) | minilm-l6 | finetune-full | time/wall_s | 11.00 ± 1.00 (n=3) | — | — | cpu |
+| task | model | method | metric | ours (mean ± sd, n) | paper | Δ | hardware | seeds | legacy |
+|---|---|---|---|---|---|---|---|---|---|
+| rt-polarity (stand-in for sst2) | minilm-l6 | finetune-full | eval/accuracy ↑ | 80.00 ± 2.00 (n=3) | — | — | cpu | 0,1,2 | no |
+| rt-polarity (stand-in for sst2) | minilm-l6 | finetune-full | time/wall_s ↓ | 11.00 ± 1.00 (n=3) | — | — | cpu | 0,1,2 | no |
 """
 
 
-def test_golden_table_with_paper_value_delta_and_stand_in_label():
+def test_golden_generic_table_over_seeds():
     runs = [_run(0, 0.78, wall=10), _run(1, 0.80, wall=11), _run(2, 0.82, wall=12)]
-    values = [{"task": "sst2", "metric": "accuracy", "method": "finetune-full", "value": 91.0}]
-    rows = report.table(runs, values, "finetune/default_cpu")
-    assert report.markdown(rows) == GOLDEN
+    t = report.generic_table(runs, "demo/default_cpu", PaperValues())
+    assert t.markdown() == GOLDEN  # params/total (a size, no direction) is not an accuracy-style row
+    assert t.name == "demo__default_cpu" and t.all_notes()[0].startswith("Caps and devices:\n- rt-polarity: 2000 train")
+
+
+def test_paper_value_needs_the_same_column_and_a_labelled_mapping():
+    pv = parse({"twins": {"models": {"minilm-l6": {"paper": "M", "why": "twin"}}},
+                "cells": [{"model": "M", "task": "sst2", "column": "full", "metric": "accuracy", "value": 91.0,
+                           "where": "Table 1"}]}, "demo/paper_values.yaml")
+    t = report.generic_table([_run(0, 0.8), _run(0, 0.5, variant="reduced")], "demo/x", pv)
+    rows = {(r[2], r[3]): r for r in t.rows}
+    assert rows[("finetune-full", "eval/accuracy ↑")][5:7] == [91.0, "-11.00"]
+    assert rows[("finetune-reduced", "eval/accuracy ↑")][5:7] == [None, "—"]
+    assert "minilm-l6 → M: twin" in t.all_notes()[-1]
+    assert report.generic_table([_run(0, 0.8)], "demo/x", PV).rows[0][5] is None  # no mapping for minilm-l6: none
+
+
+def test_k2_and_k4_are_never_averaged_and_k_is_a_column():
+    runs = [_run(0, 0.70, variant="reduced", k=2), _run(0, 0.75, variant="reduced", k=4),
+            _run(1, 0.72, variant="reduced", k=2)]
+    assert report.varying_columns(runs) == ["method.k"]
+    assert sorted(len(g) for g in report.groups(runs).values()) == [1, 2]
+    t = report.generic_table(runs, "demo/depth", PaperValues())
+    assert t.columns[:4] == ["task", "model", "method", "method.k"]
+    acc = [r for r in t.rows if r[4] == "eval/accuracy ↑"]
+    assert [(r[3], str(r[5])) for r in acc] == [("2", "71.00 ± 1.41 (n=2)"), ("4", "75.00 ± 0.00 (n=1)")]
+
+
+def test_fields_implied_by_the_row_are_not_columns():
+    runs = [_run(0, 0.7, task="rt-polarity"), _run(0, 0.6, task="vitaminc")]
+    runs[1]["config"]["task"]["objective"] = "eval/f1_macro"  # differs, but task.name already says which
+    assert report.varying_columns(runs) == []
 
 
 def test_rows_order_numbers_inside_names_by_value():
     runs = [_run(0, 0.5, variant=v) for v in ("icl-10", "icl-2", "icl-1")]
     for r, ks in zip(runs, ((100, 15), (50,), (5,))):
-        r["metrics"].update({f"eval/auc_mle_k{k}": 1.0 for k in ks})
-    rows = report.table(runs, [], "demo/x")
-    assert list(dict.fromkeys(r["method"] for r in rows)) == ["finetune-icl-1", "finetune-icl-2", "finetune-icl-10"]
-    mle = [r["metric"] for r in rows if r["method"] == "finetune-icl-10" and "mle" in r["metric"]]
-    assert mle == ["eval/auc_mle_k15", "eval/auc_mle_k100"]
+        r["metrics"].update({f"time/k{k}_ms": 1.0 for k in ks})
+    rows = report.generic_table(runs, "demo/x", PaperValues()).rows
+    assert list(dict.fromkeys(r[2] for r in rows)) == ["finetune-icl-1", "finetune-icl-2", "finetune-icl-10"]
+    assert [r[3] for r in rows if r[2] == "finetune-icl-10"][1:3] == ["time/k15_ms ↓", "time/k100_ms ↓"]
 
 
-def test_paper_value_must_match_method_and_artifact():
-    runs = [_run(0, 0.5, variant="reduced")]
-    values = [{"task": "sst2", "metric": "accuracy", "method": "finetune-full", "value": 91.0},
-              {"artifact": "other", "task": "sst2", "metric": "accuracy", "value": 1.0}]
-    (row,) = [r for r in report.table(runs, values, "finetune/default_cpu") if r["metric"].startswith("eval/")]
-    assert row["paper"] is None and row["delta"] is None and row["sd"] == 0.0 and row["n"] == 1
+def test_legacy_records_are_marked_in_the_row_and_under_the_table():
+    runs = [_run(0, 0.7, schema=1), _run(1, 0.8)]
+    t = report.generic_table(runs, "demo/x", PaperValues())
+    assert {r[-1] for r in t.rows} == {"1 of 2"}
+    assert any(n.startswith("**Legacy:** 1 of the 2 records") for n in t.all_notes())
 
 
-def test_report_writes_tables_figures_and_index(tmp_path, monkeypatch):
+def _links(md: str) -> list[str]:
+    return [m for m in re.findall(r"\]\(([^)#]+)\)", md) if not m.startswith("http")]
+
+
+def test_report_writes_only_asked_tables_links_only_existing_files(tmp_path, monkeypatch):
     runs_dir = tmp_path / "demo" / "runs"
     for s, acc in enumerate((0.7, 0.9)):
-        write_json(runs_dir / f"r{s}.json", _run(s, acc))
+        write_json(runs_dir / "default_cpu" / "cpu" / f"r{s}.json", _run(s, acc, exp="demo/default_cpu"))
+    timing = _run(0, None, exp="demo/timing_cpu", method="bench", metrics={"time/NR_ms": 3.0, "speedup/x_pct": 9.0})
+    write_json(runs_dir / "timing_cpu" / "cpu" / "t.json", timing)  # no eval metric: no figure to link
     bad = _run(5, 0.1)
     bad["status"] = "failed"
-    write_json(runs_dir / "failed.json", bad)  # failed runs never enter a table
+    write_json(runs_dir / "default_cpu" / "cpu" / "failed.json", bad)  # failed runs never enter a table
     (runs_dir / "torn.json").write_text("{")  # unreadable files are skipped, not fatal
+    stale = tmp_path / "demo" / "tables" / "gone.md"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("from an earlier build")
+    built = {}
+
+    def build(runs, out):
+        built["n"] = len(runs)
+        return ["### own table", ""]
+    pkg = SimpleNamespace(GENERIC_TABLES=("demo/default*",), build=build)
+    monkeypatch.setattr(report, "_package_report", lambda paper: pkg)
+
+    def figure(table, runs, out):  # matplotlib's import alone would take a second; test_tables draws real ones
+        (out / "figures").mkdir(exist_ok=True)
+        for ext in ("png", "csv"):
+            (out / "figures" / f"{table.name}.{ext}").write_text("x")
+        return f"figures/{table.name}.png"
+    monkeypatch.setattr(report, "generic_figure", figure)
     report.main(["--results-dir", str(tmp_path)])
-    md = (tmp_path / "demo" / "tables" / "finetune__default_cpu.md").read_text()
+    out = tmp_path / "demo"
+    assert built["n"] == 3 and not stale.exists()
+    assert sorted(p.name for p in (out / "tables").iterdir()) == ["demo__default_cpu.csv", "demo__default_cpu.md"]
+    md = (out / "tables" / "demo__default_cpu.md").read_text()
     assert "80.00 ± 14.14 (n=2)" in md and "2000 train / 1000 eval examples, max length 64" in md
-    assert report.GENERATED in md
-    assert (tmp_path / "demo" / "figures" / "finetune__default_cpu.png").stat().st_size > 1000
-    csv = (tmp_path / "demo" / "tables" / "finetune__default_cpu.csv").read_text()
-    assert csv.splitlines()[0].startswith("task,model,method,metric,mean,sd,n,paper,delta,hardware")
+    readme = (out / "README.md").read_text()
+    assert "### own table" in readme and "timing_cpu" not in readme and "None train" not in readme
     index = (tmp_path / "REPORT.md").read_text()
-    assert "[demo](demo/README.md)" in index and "finetune__default_cpu.md" in index
+    assert "[demo](demo/README.md)" in index and "demo/tables/demo__default_cpu.md" in index
+    for doc in [out / "README.md", tmp_path / "REPORT.md", *(out / "tables").glob("*.md")]:
+        for link in _links(doc.read_text()):
+            assert (doc.parent / link).exists(), f"{doc.name} links {link}, which was never written"
+    assert (out / "figures" / "demo__default_cpu.png").exists() and (out / "figures" / "demo__default_cpu.csv").exists()
 
 
-def test_paper_values_files_are_well_formed():
-    from tests.conftest import REPO
-    for path in REPO.glob("*/paper_values.yaml"):
-        for v in yaml.safe_load(path.read_text())["values"]:
-            assert {"task", "metric", "value"} <= v.keys(), (path, v)
+def test_no_figure_without_an_objective_to_plot(tmp_path):
+    timing = _run(0, None, exp="demo/timing_cpu", metrics={"time/NR_ms": 3.0})
+    t = report.generic_table([timing], "demo/timing_cpu", PaperValues())
+    assert report.generic_figure(t, [timing], tmp_path) is None and not (tmp_path / "figures").exists()
+
+
+def test_a_paper_without_a_package_gets_every_generic_table(monkeypatch):
+    monkeypatch.setattr(report, "_package_report", lambda paper: None)
+    assert report.generic_experiments("finetune", ["finetune/a", "finetune/b"]) == ["finetune/a", "finetune/b"]
+    assert report.generic_experiments("recycling", ["recycling/table1_cpu"]) == ["recycling/table1_cpu"]
+    monkeypatch.undo()
+    assert report.generic_experiments("recycling", ["recycling/table1_cpu", "recycling/timing_training_cpu"]) == \
+        ["recycling/table1_cpu"]
+
+
+def test_index_is_a_list_of_sections(tmp_path):
+    (tmp_path / "demo").mkdir()
+    (tmp_path / "demo" / "benchmark.md").write_text("x")
+    sections = report.index_sections(tmp_path, {"demo": ["a.md"]})
+    assert [s[0] for s in sections if s] == ["## Papers", "## Benchmarks"]  # no claims.yaml for "demo": no claims
+    text = report.write_index(tmp_path, {"demo": ["a.md"]}).read_text()
+    assert text.index("## Papers") < text.index("## Benchmarks") and "[a](demo/tables/a.md)" in text
+
+
+def test_report_opens_with_the_claims_of_each_paper(tmp_path):
+    import shutil
+    shutil.copytree(REPO / "results" / "pema" / "runs", tmp_path / "pema" / "runs")
+    text = report.write_index(tmp_path, {"pema": []}).read_text()
+    assert text.index("## Claims") < text.index("### pema: claims") < text.index("## Papers")
+    assert "| **merge-exact**:" in text and "legacy records" in text
+
+
+def test_every_committed_metric_key_declares_its_direction():
+    keys = set()
+    for p in (REPO / "results").glob("*/runs/**/*.json"):
+        keys |= set(json.loads(p.read_text()).get("metrics", {}))
+    assert keys, "no committed records found"
+    assert sorted(k for k in keys if not declared(k)) == []
+    # measurements that are better one way say which: times, speedups, memory, bytes, task scores
+    scored = [k for k in keys if re.match(r"(time|speedup|mem|cost|fidelity)/|.*bytes", k) or
+              (k.startswith("eval/") and "auc_" not in k)]
+    assert scored and [k for k in scored if k != "mem/measured_over_analytic" and higher_is_better(k) is None] == []
+
+
+def test_committed_reports_link_only_files_that_exist():
+    docs = [REPO / "results" / "REPORT.md", *(REPO / "results").glob("*/README.md"),
+            *(REPO / "results").glob("*/tables/*.md")]
+    dead = [f"{d.relative_to(REPO)} -> {link}" for d in docs for link in _links(d.read_text())
+            if not (d.parent / link).exists()]
+    assert dead == []

@@ -1,12 +1,22 @@
 import copy
+import json
 import logging
+import os
 import random
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import uuid
 
+import numpy as np
 import pytest
 import torch
 from transformers import BertConfig, BertModel, LlamaConfig, LlamaModel
 
-from experiments.store import ActivationStore, model_fingerprint
+import experiments.store as store_mod
+from experiments.store import ORPHAN_GRACE_S, ActivationStore, _ShardWriter, main, model_fingerprint
 
 TOK = "test-tok"
 MAXLEN = 16
@@ -179,8 +189,10 @@ def test_flipped_byte_is_detected_and_rebuilt(tmp_path, bert, caplog):
         for i, ex in enumerate(exs):
             torch.testing.assert_close(view[i], torch.stack(direct(bert, ex)), rtol=0, atol=1e-6)
     assert store.stats.rebuilt == 1 and store.stats.computed == 1
-    assert binp.name in caplog.text
-    assert len(_bins(tmp_path)) == 2  # the rebuilt entry went to a new shard
+    assert binp.stem in caplog.text
+    # the intact entries and the rebuilt one went to one new shard; the damaged one is quarantined
+    assert [p.name for p in _bins(tmp_path)] != [binp.name] and len(_bins(tmp_path)) == 1
+    assert (tmp_path / f"{binp.name}.bad").is_file() and not binp.exists()
     for i in range(len(exs)):  # the bad copy is never used again, in this store or a fresh one
         view[i]
     fresh = ActivationStore(tmp_path, torch.float32)
@@ -285,16 +297,290 @@ def test_shared_root_between_processes_and_pickling(tmp_path, bert):
     assert len(_bins(tmp_path / "roll")) == 4 and v[6].shape[0] == 3
 
 
-def test_bench_smoke(tmp_path):
-    import json
+# ---- damage, orphans, concurrent writers, compaction, CLI --------------------------------------------------------
+def _flip(path, start, stop):
+    """Corrupt bytes [start, stop) of a file in place (what a bad disk region does)."""
+    data = bytearray(path.read_bytes())
+    for k in range(start, stop):
+        data[k] ^= 0xFF
+    path.write_bytes(bytes(data))
 
-    from experiments.bench_store import main
 
-    r = main(["--model", "tiny-bert", "--n", "20", "--repeats", "1", "--max-length", "12",
-              "--out", str(tmp_path / "out"), "--store-root", str(tmp_path / "stores")])
-    assert json.loads((tmp_path / "out" / "benchmark.json").read_text())["device"] == r["device"]
-    assert (tmp_path / "out" / "benchmark.md").read_text().startswith("# Activation store benchmark")
-    assert r["storage"]["fp16_over_fp32_bin"] == 0.5 and r["shuffled_pass"]["hit_rate"] == 1.0
-    assert r["shuffled_pass"]["computed"] == 0 and r["timing"]["rebuilt_during_timing"] == 0
-    assert r["timing"]["entries_read_per_pass"] == {"fp32": 60, "fp16": 60}
-    assert not list((tmp_path / "stores").iterdir())  # temporary stores are removed
+def _age(path, seconds):
+    t = time.time() - seconds
+    os.utime(path, (t, t))
+
+
+def _indexed_entries(root):
+    return sum(len(json.loads(p.read_text())["entries"]) for p in root.glob("shard-*.json"))
+
+
+def _refs(model, exs):
+    return [torch.stack(direct(model, ex)) for ex in exs]
+
+
+def _check_all(view, model, exs, refs=None):
+    for i, ref in enumerate(refs or _refs(model, exs)):
+        torch.testing.assert_close(view[i], ref, rtol=0, atol=1e-6)
+
+
+def test_rebuild_of_a_bad_region_goes_to_one_shard(tmp_path, bert):
+    exs = make_examples(30)
+    get(ActivationStore(tmp_path, torch.float32), bert, exs)
+    (binp,) = _bins(tmp_path)
+    size = binp.stat().st_size
+    _flip(binp, size // 3, 2 * size // 3)  # one bad region spanning many entries
+    store = ActivationStore(tmp_path, torch.float32)
+    view = get(store, bert, exs)
+    refs = _refs(bert, exs)
+    _check_all(view, bert, exs, refs)
+    s = store.stats
+    assert s.rebuilt > 20 and s.computed == s.rebuilt  # every bad entry rebuilt, nothing else computed
+    assert len(_bins(tmp_path)) == 1 and len(list(tmp_path.glob("shard-*.bin.bad"))) == 1  # one shard, not 20+
+    fresh = ActivationStore(tmp_path, torch.float32)
+    assert len(fresh) == 90
+    _check_all(get(fresh, bert, exs), bert, exs, refs)
+    assert fresh.stats.computed == 0
+
+
+def test_damaged_shard_is_quarantined_once(tmp_path, bert, caplog):
+    exs = make_examples(8)
+    get(ActivationStore(tmp_path / "crc", torch.float32), bert, exs)
+    get(ActivationStore(tmp_path / "cut", torch.float32), bert, exs)
+    (crc_bin,) = _bins(tmp_path / "crc")
+    _flip(crc_bin, 100, 104)
+    (cut_bin,) = _bins(tmp_path / "cut")
+    os.truncate(cut_bin, cut_bin.stat().st_size // 2)
+    refs = _refs(bert, exs)
+    for run in range(3):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="experiments.store"):
+            for root in ("crc", "cut"):
+                store = ActivationStore(tmp_path / root, torch.float32)
+                _check_all(get(store, bert, exs), bert, exs, refs)
+                if run:  # later runs compute nothing, never load the quarantined shard
+                    assert store.stats.computed == 0 and store.stats.rebuilt == 0
+                    assert not {crc_bin.stem, cut_bin.stem} & set(store._shards)
+        warned = [r.getMessage() for r in caplog.records]
+        if run == 0:  # one warning per damaged shard, naming it
+            assert len(warned) == 2 and crc_bin.stem in warned[0] and cut_bin.stem in warned[1]
+            assert "truncated" in warned[1] and "quarantined" in warned[1]
+        else:
+            assert warned == []
+    for root, binp in (("crc", crc_bin), ("cut", cut_bin)):
+        assert sorted(p.name for p in (tmp_path / root).glob("*.bad")) == [f"{binp.stem}.bin.bad",
+                                                                           f"{binp.stem}.json.bad"]
+
+
+def test_unreadable_index_is_quarantined(tmp_path, bert, caplog):
+    exs = make_examples(3)
+    get(ActivationStore(tmp_path, torch.float32), bert, exs)
+    (jp,) = tmp_path.glob("shard-*.json")
+    jp.write_text('{"entries": [1, 2')
+    with caplog.at_level(logging.WARNING, logger="experiments.store"):
+        store = ActivationStore(tmp_path, torch.float32)
+    assert "unreadable index" in caplog.text and len(store) == 0
+    assert (tmp_path / f"{jp.name}.bad").is_file() and not jp.exists()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="experiments.store"):
+        _check_all(get(ActivationStore(tmp_path, torch.float32), bert, exs), bert, exs)
+    assert caplog.text == ""
+
+
+def test_orphans_of_dead_writers_are_removed_never_a_live_writers(tmp_path):
+    root = tmp_path
+    ActivationStore(root)
+    arr = np.ones((2, 4), np.float32)
+    dead = _ShardWriter(root)  # a writer whose process died: the kernel released its flock
+    dead.add("k-dead", arr)
+    dead.f.close()
+    live = _ShardWriter(root)  # a writer still streaming (e.g. a slow forward pass)
+    live.add("k-live", arr)
+    live.f.flush()
+    legacy = root / f"shard-{uuid.uuid4().hex}.bin.tmp"  # written before writers locked their files
+    legacy.write_bytes(b"x" * 8)
+    json_tmp = root / f"shard-{uuid.uuid4().hex}.json.tmp"  # died while writing its index
+    json_tmp.write_text('{"entr')
+    unindexed = root / f"shard-{uuid.uuid4().hex}.bin"  # died between publishing its .bin and its .json
+    unindexed.write_bytes(b"y" * 8)
+    fresh = _ShardWriter(root)  # just created: within the grace period nobody touches it, locked or not
+    fresh.f.close()
+    for p in (dead.tmp, legacy, json_tmp, unindexed):
+        _age(p, 2 * ORPHAN_GRACE_S)  # removed a minute after their writer is gone, not a day
+    _age(live.tmp, 2 * store_mod.ORPHAN_AGE_S)  # a live writer's file: never, however old
+    s = ActivationStore(root, maintain=False).summary()
+    assert s["orphan_files"] == 4 and s["dead_bytes"] == 32 + 8 + len('{"entr') + 8  # dead, legacy, json, .bin
+    ActivationStore(root)  # opening removes the orphans
+    left = sorted(p.name for p in root.glob("shard-*"))
+    assert left == sorted([live.tmp.name, fresh.tmp.name])
+    assert live.commit()  # the live writer still publishes
+    assert len(ActivationStore(root)) == 1
+
+
+def test_killed_writer_leaves_an_orphan_that_the_next_open_removes(tmp_path):
+    code = ("import sys, time, numpy as np\n"
+            "from experiments.store import ActivationStore, _ShardWriter\n"
+            "w = _ShardWriter(ActivationStore(sys.argv[1]).root)\n"
+            "w.add('k', np.ones((3, 4), np.float32)); w.f.flush()\n"
+            "print(w.tmp, flush=True); time.sleep(60)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        tmp = tmp_path / os.path.basename(proc.stdout.readline().strip())
+        _age(tmp, 86400)
+        ActivationStore(tmp_path)
+        assert tmp.exists()  # its writer is alive: never removed, however old
+    finally:
+        proc.kill()
+        proc.wait()
+    ActivationStore(tmp_path)
+    assert not tmp.exists()
+
+
+def test_concurrent_writers_store_every_entry_once(tmp_path, bert):
+    exs = make_examples(12)
+    stores = [ActivationStore(tmp_path, torch.float32) for _ in range(2)]  # separate flocks, like processes
+    start = threading.Barrier(2)
+    views, errors = [None, None], []
+
+    def work(k):
+        try:
+            start.wait()
+            views[k] = get(stores[k], bert, exs, batch_size=2)
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert sum(s.stats.computed for s in stores) == 36  # the second writer waited, then found them stored
+    assert _indexed_entries(tmp_path) == 36 and len(_bins(tmp_path)) == 1
+    for v in views:
+        _check_all(v, bert, exs)
+
+
+def test_publish_leaves_out_what_another_writer_stored_meanwhile(tmp_path, bert):
+    a, b = ActivationStore(tmp_path, torch.float32), ActivationStore(tmp_path, torch.float32)
+    view = get(a, bert, make_examples(2))  # b has not seen these
+    w = _ShardWriter(tmp_path)
+    w.add(view.keys[0][0], view.layer(0)[0].numpy())
+    w.add("only-in-b", np.ones((1, 32), np.float32))
+    b._publish(w)
+    assert _indexed_entries(tmp_path) == 6 + 1
+    s = b.summary()
+    assert s["duplicate_entries"] == 0 and s["entries"] == 7
+    assert s["dead_bytes"] == view.layer(0)[0].numpy().nbytes  # the dropped copy, until compaction
+
+
+def _corrupt_duplicated_store(root, model):
+    """A store with two requests' shards, a duplicate of the first (as two unlocked writers left it), some
+    corrupt entries in the second, a quarantined shard and an orphan. Returns (examples 1, examples 2, n bad)."""
+    ex1, ex2 = make_examples(10, seed=11), make_examples(10, seed=12)
+    s = ActivationStore(root, torch.float32)
+    get(s, model, ex1)
+    (first,) = _bins(root)
+    get(s, model, ex2)
+    (second,) = [p for p in _bins(root) if p != first]
+    dup = f"shard-{uuid.uuid4().hex}"
+    shutil.copy(first, root / f"{dup}.bin")
+    meta = json.loads(first.with_suffix(".json").read_text())
+    meta["created_ns"] += 1
+    (root / f"{dup}.json").write_text(json.dumps(meta))
+    entries = json.loads(second.with_suffix(".json").read_text())["entries"]
+    offsets = sorted(off for off, *_ in entries.values())
+    _flip(second, offsets[4], offsets[7])  # exactly entries 4, 5, 6 of the second shard
+    (root / "shard-0bad.bin.bad").write_bytes(b"q" * 16)
+    (root / "shard-0bad.json.bad").write_text("{}")
+    orphan = root / f"shard-{uuid.uuid4().hex}.bin.tmp"
+    orphan.write_bytes(b"o" * 24)
+    _age(orphan, 3600)
+    return ex1, ex2, 3
+
+
+def test_compaction_drops_dead_data_and_a_concurrent_reader_is_unharmed(tmp_path, bert, monkeypatch):
+    ex1, ex2, n_bad = _corrupt_duplicated_store(tmp_path / "s", bert)
+    clean = get(ActivationStore(tmp_path / "ref", torch.float32), bert, ex1)
+    ref = [clean[i].clone() for i in range(len(ex1))]  # bit-identical: same batches as the store's
+    tmp_path = tmp_path / "s"
+    reader = ActivationStore(tmp_path, torch.float32, maintain=False)  # opened before compaction
+    rview = get(reader, bert, ex1)
+    for i in range(5):  # its shard is mapped before compaction
+        assert torch.equal(rview[i], ref[i])
+    late = ActivationStore(tmp_path, torch.float32, maintain=False)  # index loaded, nothing mapped yet
+    lview = get(late, bert, ex1)
+    before = ActivationStore(tmp_path, torch.float32, maintain=False).summary()
+    assert before["entries"] == 60 - n_bad and before["duplicate_entries"] == 30
+    assert before["corrupt_entries"] == n_bad and before["quarantined_shards"] == 1 and before["orphan_files"] == 1
+    assert before["shards"] == 3 and before["dead_bytes"] > before["live_bytes"] / 2
+
+    # a second reader (own store object, own maps) reads in a loop while compaction runs, slowed down
+    slow_fsync = store_mod._fsync_dir
+    monkeypatch.setattr(store_mod, "_fsync_dir", lambda p: (time.sleep(0.05), slow_fsync(p)))
+    other = ActivationStore(tmp_path, torch.float32, maintain=False)
+    oview = get(other, bert, ex1)
+    done, passes, errors = threading.Event(), [0], []
+
+    def read_loop():
+        try:
+            while not done.is_set():
+                for i in range(len(ex1)):
+                    assert torch.equal(oview[i], ref[i])
+                passes[0] += 1
+        except BaseException as e:
+            errors.append(e)
+
+    t = threading.Thread(target=read_loop)
+    t.start()
+    while not passes[0]:
+        time.sleep(0.001)
+    during = passes[0]
+    result = ActivationStore(tmp_path, torch.float32, max_shard_bytes=1 << 20).compact()
+    during = passes[0] - during
+    done.set()
+    t.join()
+    assert not errors and during > 0
+    after = result["after"]
+    assert result["rewritten"] and result["before"]["entries"] == before["entries"]
+    assert after["shards"] == 1 and after["entries"] == 60 - n_bad and after["dead_bytes"] == 0
+    assert after["duplicate_entries"] == after["corrupt_entries"] == after["orphan_files"] == 0
+    assert after["quarantined_shards"] == 0 and after["bytes"] == after["live_bytes"] + after["index_bytes"]
+    assert after["live_bytes"] == before["live_bytes"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [".lock", "locks", *(f"{p.stem}.{x}" for p in _bins(tmp_path) for x in ("bin", "json"))])
+
+    for i in range(len(ex1)):  # the reader that opened before compaction: same arrays, nothing recomputed
+        assert torch.equal(rview[i], ref[i])
+    assert reader.stats.computed == reader.stats.rebuilt == 0 and other.stats.computed == 0
+    for i in range(len(ex1)):  # its shards are gone: it reloads the index and reads the new shard
+        assert torch.equal(lview[i], ref[i])
+    assert late.stats.computed == late.stats.rebuilt == 0 and late._shards == [_bins(tmp_path)[0].stem]
+    assert reader.refresh() == 1 and reader._shards == [_bins(tmp_path)[0].stem]
+    fresh = ActivationStore(tmp_path, torch.float32)
+    _check_all(get(fresh, bert, ex2), bert, ex2)
+    assert fresh.stats.computed == n_bad  # only the corrupt entries, dropped by compaction, are computed again
+    again = ActivationStore(tmp_path, torch.float32).compact()  # two shards (the recomputed ones apart) -> one
+    assert again["rewritten"] and again["after"]["shards"] == 1 and again["after"]["entries"] == 60
+    assert ActivationStore(tmp_path, torch.float32).compact()["rewritten"] is False  # nothing left to gain
+
+
+def test_cli_check_and_compact(tmp_path, bert, monkeypatch, capsys):
+    root = tmp_path / "activations"
+    _corrupt_duplicated_store(root, bert)
+    assert main(["--dir", str(root), "--check"]) == 1
+    out = capsys.readouterr().out
+    assert "corrupt entries" in out and "dead bytes" in out and "damage found" in out
+    assert main(["--dir", str(root), "--check"]) == 1  # --check changed nothing
+    capsys.readouterr()
+    monkeypatch.setenv("STRATA_CACHE", str(tmp_path))  # the default root is the suite's store
+    assert main(["--compact"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].split() == ["before", "after"]
+    row = {line[:20].strip(): line[20:].split() for line in lines[2:]}
+    assert row["shards"] == ["3", "1"] and row["entries"] == ["57", "57"] and row["corrupt entries"] == ["3", "0"]
+    assert row["duplicate entries"] == ["30", "0"] and row["dead bytes"][1] == "0"
+    assert main(["--check"]) == 0
+    with pytest.raises(SystemExit):
+        main(["--dir", str(tmp_path / "nowhere"), "--check"])
+    assert "nowhere" in capsys.readouterr().err

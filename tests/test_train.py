@@ -1,12 +1,11 @@
 """The fine-tuning loop on a tiny problem: it learns, stops early, restores the best weights, accumulates exactly."""
 from types import SimpleNamespace
 
-import pytest
 import torch
 from torch import nn
 
 from experiments.models import HeadOutput
-from experiments.train import fit, linear_schedule, param_groups, total_steps
+from experiments.train import fit, total_steps
 
 
 def cfg(**kw):
@@ -19,7 +18,6 @@ class Linear(nn.Module):
     def __init__(self):
         super().__init__()
         self.lin = nn.Linear(4, 2)
-        self.norm = nn.LayerNorm(4)
 
     def forward(self, x, labels):
         logits = self.lin(x)
@@ -89,24 +87,6 @@ def test_grad_accumulation_equals_one_big_batch():
     fit(b, fb, nb, cfg(max_steps=2), ev, "eval/acc", True, torch.device("cpu"))
     for (k, va), vb in zip(a.state_dict().items(), b.state_dict().values()):
         assert torch.allclose(va, vb, atol=1e-6), k
-
-
-def test_schedule_warms_up_then_decays_to_zero():
-    opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
-    sched = linear_schedule(opt, warmup=4, total=10)
-    lrs = []
-    for _ in range(10):
-        lrs.append(opt.param_groups[0]["lr"])
-        opt.step()
-        sched.step()
-    assert lrs[:5] == pytest.approx([0.2, 0.4, 0.6, 0.8, 1.0])
-    assert lrs[5:] == pytest.approx([5 / 6, 4 / 6, 3 / 6, 2 / 6, 1 / 6]) and opt.param_groups[0]["lr"] == 0
-
-
-def test_no_weight_decay_on_biases_and_norms():
-    groups = param_groups(Linear(), 0.01)
-    assert [p.shape for p in groups[0]["params"]] == [torch.Size([2, 4])]
-    assert groups[0]["weight_decay"] == 0.01 and groups[1]["weight_decay"] == 0.0 and len(groups[1]["params"]) == 3
 
 
 def test_total_steps():

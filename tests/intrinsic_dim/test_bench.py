@@ -1,0 +1,46 @@
+"""method=intrinsic_dim_bench through the runner at toy shapes, on tiny-llama and the rt-polarity fixture."""
+import json
+
+import pytest
+
+from experiments.models import byte_tokenizer, tokenizer_fingerprint
+from experiments.run import execute
+from tests.conftest import compose
+
+pytestmark = pytest.mark.slow  # importing scikit-dimension (the reference TwoNN) alone takes ~7 s
+TOY = ("method.est_layers=2", "method.est_points=120", "method.est_dim=16", "method.est_repeats=1",
+       "method.extract_prompts=6", "method.extract_batch_size=4", "method.extract_repeats=1", "method.gpu=false")
+
+
+def _run(tmp_path, *overrides):
+    cfg = compose("experiment=intrinsic_dim/bench", "model=tiny-llama", "data.source=fixture", "hardware.threads=1",
+                  f"results_dir={tmp_path / 'results'}", f"store.dir={tmp_path / 'store'}", *TOY, *overrides)
+    return execute(cfg, tmp_path / "run")
+
+
+def test_bench_writes_its_benchmark_and_a_run_record(tmp_path):
+    rec = _run(tmp_path)
+    assert rec["status"] == "ok", rec.get("error")
+    out = tmp_path / "results" / "intrinsic_dim"
+    res = json.loads((out / "benchmark.json").read_text())
+    assert res == rec["extra"]["benchmark"] and res["gpu"] is None
+    md = (out / "benchmark.md").read_text()
+    assert "## TwoNN: 2 layers x 120 points x d=16" in md and "tiny-llama fp32, 6 ICL-1 prompts of rt-polarity" in md
+    m = rec["metrics"]
+    assert m["id/max_rel_diff_vs_skdim"] < 1e-9  # our TwoNN is scikit-dimension's estimate
+    assert m["speedup/twonn_vs_skdim_x"] == m["time/twonn_skdim_s"] / m["time/twonn_ours_s"]
+    x = res["extraction"]
+    assert rec["n_samples"] == {"prompts": 6, "tokens": x["real_tokens"]} and x["bf16_prompts"] == 6
+    assert 0 < m["bf16/weights_rel_l2_diff_max"] < 0.1  # bf16 moves the states, by a little
+    assert rec["provenance"]["tokenizer"] == tokenizer_fingerprint(byte_tokenizer())  # the run record names it
+
+
+def test_too_few_rows_for_the_prompts_names_the_fix(tmp_path):
+    rec = _run(tmp_path, "method.extract_prompts=48", "on_error=record")  # the fixture's train split has 48 rows
+    assert rec["status"] == "failed" and "lower method.extract_prompts" in rec["error"]
+
+
+def test_estimator_only_loads_no_model(tmp_path):
+    rec = _run(tmp_path, "method.extraction=false", "model=tiny-bert")  # an encoder: a causal LM is never asked for
+    assert rec["status"] == "ok" and "time/extract_ours_s" not in rec["metrics"]
+    assert "## Extraction" not in (tmp_path / "results" / "intrinsic_dim" / "benchmark.md").read_text()

@@ -1,0 +1,106 @@
+"""method=intrinsic_dim end to end on tiny-llama + the rt-polarity fixture: records, store and checkpoint reuse,
+bad variants, the report."""
+import pytest
+
+from experiments.results import load_runs
+from experiments.run import execute
+from intrinsic_dim import report
+from intrinsic_dim.run import parse_variant
+from tests.conftest import compose
+
+
+def _cfg(tmp_path, *overrides):
+    return compose("experiment=intrinsic_dim/smoke", f"results_dir={tmp_path / 'results'}",
+                   f"store.dir={tmp_path / 'store'}", *overrides)
+
+
+def test_parse_variant_and_bad_variant():
+    assert parse_variant("icl-10") == ("icl", 10) and parse_variant("icl_unique-2") == ("icl_unique", 2)
+    assert parse_variant("sft") == ("sft", 0)
+    with pytest.raises(ValueError, match="icl-<k>"):
+        parse_variant("icl5")
+
+
+@pytest.mark.slow  # ~4 s quiet: five in-process runs (training included) and the report
+def test_icl_and_sft_runs_write_curves_and_reuse_caches(tmp_path, monkeypatch):
+    monkeypatch.setattr("experiments.run.git_dirty", lambda: False)  # publish=true from a developer's dirty tree
+    recs = {}
+    for v in ("icl-0", "icl-2", "icl_unique-2", "sft"):
+        recs[v] = execute(_cfg(tmp_path, f"method.variant={v}", "publish=true"), tmp_path / "run" / v)
+        assert recs[v]["status"] == "ok", recs[v].get("error")
+    x = recs["icl-2"]["extra"]
+    assert len(x["curves"]["twonn"]) == 5 and len(x["curves"]["mle_k5"]) == 5  # tiny-llama: 4 layers + embedding
+    assert x["n_prompts"] == 16 and x["computed_prompts"] > 0
+    assert x["prompt_examples"][0].count("\n\n") == 2 and x["prompt_examples"][0].endswith("Answer:\n")
+    acc = recs["icl-2"]["metrics"]["eval/accuracy"]
+    assert acc == x["accuracy"] and (acc * 16).is_integer() and sum(x["pred_counts"]) == 16  # a share of 16 prompts
+    ck = recs["sft"]["extra"]["checkpoints"]
+    assert [(c["epoch"], c["split"]) for c in ck] == [(e, s) for e in range(3) for s in ("train", "eval")]
+    assert ck[1]["computed_prompts"] == 0  # epoch 0 = the base model: the icl-0 states, from the store
+    for est, curve in recs["icl-0"]["extra"]["curves"].items():  # index 0 (embedding) is NaN: one shared token
+        assert ck[1]["curves"][est][1:] == curve[1:]
+    # another estimator setting: nothing recomputed, no retraining (checkpoints come from the cache)
+    again = execute(_cfg(tmp_path, "method.variant=sft", "method.mle_ks=[4]"), tmp_path / "run" / "sft2")
+    assert again["status"] == "ok"
+    assert all(c["computed_prompts"] == 0 for c in again["extra"]["checkpoints"])
+    assert again["metrics"]["time/train_s"] == recs["sft"]["metrics"]["time/train_s"]
+    assert again["extra"]["checkpoints"][-1]["curves"]["twonn"][1:] == ck[-1]["curves"]["twonn"][1:]
+    # the report builds from the published records alone
+    runs = load_runs(tmp_path / "results", "intrinsic_dim")
+    assert len(runs) == 4
+    for r in runs:  # present the smoke runs as the comparison and dynamics experiments
+        r["exp_id"] = "intrinsic_dim/sft_dynamics_cpu" if r["extra"]["paradigm"] == "sft" else \
+            "intrinsic_dim/icl_vs_k_cpu"
+    runs += [dict(r, exp_id="intrinsic_dim/icl_vs_sft_cpu") for r in runs]
+    lines = report.build(runs, tmp_path / "out")
+    text = "\n".join(lines)
+    assert "Table 1" in text and "SFT accuracy > every ICL accuracy" in text
+    for f in ("tables/table1_accuracy.md", "tables/auc.md", "tables/fig4_auc_difference.csv",
+              "tables/sft_checkpoints.md", "figures/fig5_auc_boxplot.png"):
+        assert (tmp_path / "out" / f).is_file(), f
+    assert list((tmp_path / "out" / "figures").glob("fig2_*.png")) and \
+        list((tmp_path / "out" / "figures").glob("fig3_*.png"))
+
+
+def test_bad_variant_fails_naming_the_fix(tmp_path):
+    rec = execute(_cfg(tmp_path, "method.variant=fewshot", "on_error=record"), tmp_path / "bad")
+    assert rec["status"] == "failed" and "icl-<k>" in rec["error"]
+
+
+def test_split_recipe_matches_datasets_shuffle_and_never_overlaps(tmp_path, monkeypatch):
+    import datasets
+
+    from intrinsic_dim import run as R
+    rows = [{"sentence": f"s{i}", "label": i % 2} for i in range(400)]
+    monkeypatch.setattr(R, "load_rows", lambda task, data, split: rows)
+    cfg = _cfg(tmp_path, "task=sst2", "data.source=hub", "method.n_train=100", "method.n_eval=50")
+    pool, evals, uniq = R.split_items(cfg, unique=False)
+    order = datasets.Dataset.from_list(rows).shuffle(seed=42)["sentence"]  # the official DatasetDict.shuffle(42)
+    assert [r["sentence"] for r in pool] == order[:100]
+    assert [r["sentence"] for r in evals] == order[100:150]  # same source split: the items after the pool
+    cfg = _cfg(tmp_path, "task=sst2", "data.source=hub", "method.n_train=100", "method.n_eval=50",
+               "method.unique_pool=300")
+    pool, evals, uniq = R.split_items(cfg, unique=True)
+    assert [r["sentence"] for r in uniq] == order[:300] and [r["sentence"] for r in evals] == order[300:350]
+
+
+def _record(variant: str, acc: float, auc: float, majority: float = 0.5) -> dict:
+    res = {"accuracy": acc, "majority_rate": majority, "auc": {"twonn": {"L": auc}}}
+    extra = ({"paradigm": "sft", "checkpoints": [dict(res, split="eval", epoch=2)]} if variant == "sft"
+             else {"paradigm": "icl", **res})
+    method = {"variant": variant, "sft_epochs": 2, "auc_norm": "L", "auc_include_embedding": False}
+    return {"exp_id": "intrinsic_dim/icl_vs_sft_cpu", "extra": extra,
+            "config": {"model": {"name": "m"}, "task": {"name": "t"}, "method": method}}
+
+
+@pytest.mark.parametrize("accs, aucs, verdicts, caveat", [
+    ((0.60, 0.70, 0.90), (10.0, 14.0, 11.0), ("holds", "holds"), False),  # the paper's picture
+    ((0.60, 0.95, 0.90), (10.0, 14.0, 15.0), ("does not hold", "does not hold"), False),
+    ((0.51, 0.50, 0.51), (10.0, 14.0, 11.0), ("does not hold", "holds"), True),  # nobody beats always-one-label
+])
+def test_headlines_judge_both_claims_and_flag_a_model_that_does_not_do_the_task(accs, aucs, verdicts, caveat):
+    runs = [_record(v, a, u) for v, a, u in zip(("icl-0", "icl-5", "sft"), accs, aucs)]
+    text = "\n".join(report.headlines(runs))
+    a, b = [line for line in text.splitlines() if line.strip().startswith(("(a)", "(b)"))]
+    assert f"**{verdicts[0]}**" in a and f"**{verdicts[1]}**" in b
+    assert ("not a test of the claim" in a) is caveat

@@ -1,0 +1,399 @@
+"""experiments/claims.py: verdicts from synthetic records with known differences, the bootstraps against plain numpy,
+selector/pairing and validation errors, and the three real claims.yaml files against the committed records."""
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pytest
+from omegaconf import OmegaConf
+from sklearn.metrics import f1_score
+
+from experiments import claims as C
+from experiments import evaluate as E
+from experiments import metrics as M
+from experiments.results import load_runs
+
+REPO = Path(__file__).resolve().parent.parent
+_ids = itertools.count()
+
+
+def rec(variant: str, seed: int = 0, acc: float = 0.8, task: str = "t1", model: str = "m", majority: float | None = 0.5,
+        hardware: str = "cpu", schema: int = 2, per_example: dict | None = None, extra: dict | None = None,
+        **metrics) -> dict:
+    """A minimal run record of a classification run."""
+    m = {"eval/accuracy": acc, **metrics}
+    if majority is not None:
+        m["eval/majority_accuracy"] = majority
+    r = {"schema_version": schema, "run_id": f"{task}--{model}--x-{variant}--seed{seed}", "exp_id": "p/art",
+         "status": "ok", "metrics": m, "config_hash": f"h{next(_ids)}", "extra": extra or {},
+         "config": {"model": {"name": model, "source": "offline"},
+                    "task": {"name": task, "type": "cls", "objective": "eval/accuracy"},
+                    "method": {"name": "x", "variant": variant}, "data": {"limit_eval": 100, "subset_seed": 0},
+                    "seed": seed, "exp_id": "p/art"},
+         "provenance": {"hardware": hardware, "git_dirty": False, "created_at": "2026-01-01T00:00:00"}}
+    if per_example is not None:
+        r["per_example"] = {"eval": per_example}
+    return r
+
+
+def registry(*claims: dict, stand_ins: dict | None = None) -> C.Registry:
+    return C.parse_claims({"paper": "p", "claims": list(claims), "stand_ins": stand_ins or {}}, "p/claims.yaml")
+
+
+def claim(test: dict, needs_signal: bool = True, cid: str = "c", **compare) -> dict:
+    compare = {"metric": "eval/accuracy", "units": "points", "a": {"method.variant": "new"},
+               "b": {"method.variant": "base"}, "pair_by": ["model.name", "task.name", "seed"], "test": dict(test),
+               **compare}
+    return {"id": cid, "claim": "new is no worse than base", "paper": {"where": "Table 1", "values": {"new": 1.0}},
+            "compare": compare, "needs_signal": needs_signal}
+
+
+def rows(runs, *claims, tmp_path=None, **kw):
+    return C.evaluate_claims("p", runs, tmp_path or Path("/nonexistent"), registry=registry(*claims, **kw))
+
+
+def seeds(diffs, base=0.80):
+    """Paired records whose new - base accuracy differences are `diffs` (fractions), one seed each."""
+    out = []
+    for s, d in enumerate(diffs):
+        out += [rec("base", s, base), rec("new", s, base + d)]
+    return out
+
+
+AT_LEAST_M1 = {"kind": "difference", "at_least": -1.0}
+
+
+# ---------------------------------------------------------------- verdicts
+
+def test_holds_when_the_whole_interval_is_above_the_threshold():
+    (row,) = rows(seeds([0.05, 0.06, 0.04]), claim(AT_LEAST_M1))
+    assert row.verdict == "holds"
+    o = row.outcomes[0]
+    assert o.estimate == pytest.approx(5.0) and o.ci[0] > -1.0 and "3 seeds" in o.n
+    assert o.sd == pytest.approx(1.0)  # points
+
+
+def test_does_not_hold_when_the_whole_interval_is_below():
+    (row,) = rows(seeds([-0.05, -0.06, -0.04]), claim(AT_LEAST_M1))
+    assert row.verdict == "does not hold" and row.outcomes[0].ci[1] < -1.0
+
+
+def test_inconclusive_when_the_interval_straddles_and_says_how_much_more_data():
+    (row,) = rows(seeds([-0.03, 0.01, -0.005, 0.0]), claim(AT_LEAST_M1))
+    o = row.outcomes[0]
+    assert row.verdict == "inconclusive"
+    assert o.ci[0] < -1.0 < o.ci[1]
+    assert "CI crosses -1" in o.reason and "the seeds" in o.reason
+
+
+def test_one_seed_without_per_example_scores_is_inconclusive_not_decided_by_the_point():
+    (row,) = rows(seeds([0.05]), claim(AT_LEAST_M1))
+    assert row.verdict == "inconclusive" and "no interval" in row.outcomes[0].reason
+
+
+def test_deterministic_quantity_without_seed_is_decided_by_its_value():
+    runs = [rec("new", speed=30.0), rec("base", speed=10.0)]
+    c = claim({"kind": "direction", "sign": "+"}, needs_signal=False, metric="speed", units=None,
+              pair_by=["model.name"])
+    (row,) = rows(runs, c)
+    assert row.verdict == "holds" and row.outcomes[0].estimate == 20.0
+
+
+def test_not_testable_without_records_names_what_is_missing():
+    (row,) = rows([rec("other", 0)], claim(AT_LEAST_M1))
+    assert row.verdict == "not testable here" and "no records" in row.reason and "method.variant=new" in row.reason
+
+
+def test_not_testable_line_of_the_yaml_is_the_reason_when_nothing_ran():
+    c = claim(AT_LEAST_M1)
+    c["not_testable"] = "needs a 900M model from the hub"
+    (row,) = rows([], c)
+    assert row.verdict == "not testable here" and row.reason == "needs a 900M model from the hub"
+
+
+def test_arm_at_the_majority_rate_makes_the_claim_not_testable_but_keeps_the_number():
+    runs = [rec("base", s, 0.515, majority=0.50) for s in range(3)] + \
+           [rec("new", s, 0.80, majority=0.50) for s in range(3)]
+    (row,) = rows(runs, claim(AT_LEAST_M1))
+    assert row.verdict == "not testable here"
+    assert "accuracy 0.515 vs majority class 0.500" in C._verdict_text(row)
+    assert row.outcomes[0].estimate == pytest.approx(28.5)  # shown for orientation only
+
+
+def test_arm_two_points_above_the_majority_rate_is_doing_its_task():
+    runs = [rec("base", s, 0.53, majority=0.50) for s in range(3)] + \
+           [rec("new", s, 0.60 + s / 100, majority=0.50) for s in range(3)]
+    assert rows(runs, claim(AT_LEAST_M1))[0].verdict == "holds"
+
+
+def test_constant_predictions_make_the_claim_not_testable():
+    pe_const = {"pred": [1] * 10, "label": [0, 1] * 5}
+    pe_ok = {"pred": [0, 1] * 5, "label": [0, 1] * 5}
+    runs = [rec("base", 0, 0.5, majority=0.2, per_example=pe_const),
+            rec("new", 0, 1.0, majority=0.2, per_example=pe_ok)]
+    (row,) = rows(runs, claim(AT_LEAST_M1))
+    assert row.verdict == "not testable here" and "constant predictions" in C._verdict_text(row)
+
+
+def test_intrinsic_dim_style_prediction_counts_are_the_constant_guard():
+    runs = [rec("base", 0, 0.9, extra={"pred_counts": [0, 500]}), rec("new", 0, 0.9)]
+    (row,) = rows(runs, claim(AT_LEAST_M1))
+    assert row.verdict == "not testable here" and "base: constant predictions" in C._verdict_text(row)
+    # the majority rate kept in extra (intrinsic_dim) is a baseline too
+    r = rec("x", acc=0.55, majority=None, extra={"majority_rate": 0.546})
+    assert "vs majority class 0.546" in C.not_doing_task(r, "eval/accuracy")
+
+
+def test_unknown_majority_baseline_is_said():
+    r = rec("x", majority=None)
+    r["config"]["task"]["type"] = "mc"  # no eval split to count labels in
+    assert "majority baseline unknown" in C.not_doing_task(r, "eval/accuracy")
+
+
+def test_group_with_an_unfit_arm_is_left_out_and_said():
+    runs = seeds([0.05, 0.06, 0.04]) + [rec("base", s, 0.505, task="t2") for s in range(3)] + \
+        [rec("new", s, 0.9, task="t2") for s in range(3)]
+    (row,) = rows(runs, claim(AT_LEAST_M1))
+    assert row.verdict == "holds" and row.outcomes[0].estimate == pytest.approx(5.0)
+    assert "left out" in C._verdict_text(row) and "t2/m/base" in C._verdict_text(row)
+
+
+def test_needs_signal_false_skips_the_guard():
+    runs = [rec("base", s, 0.50, majority=0.5) for s in range(2)] + \
+        [rec("new", s, 0.60, majority=0.5) for s in range(2)]
+    assert rows(runs, claim(AT_LEAST_M1, needs_signal=False))[0].verdict == "holds"
+
+
+# ---------------------------------------------------------------- the bootstraps against plain numpy
+
+def _hand_percentile(reps):
+    return tuple(np.percentile(reps, [2.5, 97.5]))
+
+
+def test_seed_bootstrap_matches_numpy():
+    diffs = np.array([0.02, -0.01, 0.04, 0.03])
+    (row,) = rows(seeds(diffs), claim(AT_LEAST_M1))
+    rng = np.random.default_rng(C.BOOT_SEED)
+    d = diffs * 100
+    hand = d[rng.integers(0, len(d), size=(C.N_BOOT, len(d)))].mean(1)
+    assert row.outcomes[0].ci == pytest.approx(_hand_percentile(hand), abs=1e-9)
+
+
+def test_paired_example_bootstrap_matches_a_numpy_loop():
+    rng0 = np.random.default_rng(7)
+    n = 60
+    label = rng0.integers(0, 2, n)
+    pred_a = np.where(rng0.random(n) < 0.8, label, 1 - label)
+    pred_b = np.where(rng0.random(n) < 0.7, label, 1 - label)
+    ca, cb = (pred_a == label).astype(float), (pred_b == label).astype(float)
+    runs = [rec("new", 0, ca.mean(), majority=0.0, per_example={"pred": pred_a.tolist(), "label": label.tolist()}),
+            rec("base", 0, cb.mean(), majority=0.0, per_example={"pred": pred_b.tolist(), "label": label.tolist()})]
+    (row,) = rows(runs, claim(AT_LEAST_M1))
+    rng = np.random.default_rng(C.BOOT_SEED)
+    hand = []
+    for _ in range(C.N_BOOT):  # one index row per resample, the same rows for both arms
+        idx = rng.integers(0, n, n)
+        hand.append(100 * (ca[idx].mean() - cb[idx].mean()))
+    o = row.outcomes[0]
+    assert o.ci == pytest.approx(_hand_percentile(hand), abs=1e-9)
+    assert o.estimate == pytest.approx(100 * (ca.mean() - cb.mean())) and "60 examples" in o.n
+
+
+def test_example_bootstrap_not_used_when_arms_saw_different_examples():
+    pe = {"pred": [0, 1, 1, 0], "label": [0, 1, 0, 0]}
+    a, b = rec("new", 0, 0.75, per_example=pe, majority=0.0), rec("base", 0, 0.75, per_example=pe, majority=0.0)
+    b["config"]["data"] = {"limit_eval": 50, "subset_seed": 1}
+    (row,) = rows([a, b], claim(AT_LEAST_M1))
+    assert row.verdict == "inconclusive" and "no interval" in row.outcomes[0].reason
+
+
+def test_resampled_macro_f1_and_entity_f1_match_sklearn_and_seqeval():
+    rng = np.random.default_rng(1)
+    y, p = rng.integers(0, 3, 40), rng.integers(0, 3, 40)
+    idx = rng.integers(0, 40, size=(5, 40))
+    w = np.stack([np.bincount(i, minlength=40) for i in idx])
+    got = C.resampled_metric("eval/f1_macro", {"pred": p.tolist(), "label": y.tolist()}, w)
+    want = [f1_score(y[i], p[i], average="macro", zero_division=0) for i in idx]
+    assert got == pytest.approx(want)
+    gold = [["B-PER", "I-PER", "O"], ["B-LOC", "O", "B-PER"], ["O", "O", "O"]]
+    pred = [["B-PER", "I-PER", "O"], ["B-PER", "O", "B-PER"], ["B-LOC", "O", "O"]]
+    pe = {**M.entity_counts(pred, gold), **M.token_counts(pred, gold)}
+    ones = np.ones((1, 3))
+    assert C.resampled_metric("eval/entity_f1", pe, ones)[0] == pytest.approx(M.seqeval_f1(pred, gold)["entity_f1"])
+    assert C.resampled_metric("eval/token_f1", pe, ones)[0] == pytest.approx(M.token_f1(pred, gold))
+
+
+def test_replicates_kept_by_a_method_give_the_interval():
+    a = rec("new", 0, extra={"replicates": {"eval/auc": [10.0, 11.0, 12.0, 13.0]}}, **{"eval/auc": 11.5})
+    b = rec("base", 0, extra={"replicates": {"eval/auc": [9.0, 9.5, 10.0, 10.5]}}, **{"eval/auc": 9.75})
+    c = claim({"kind": "direction", "sign": "+"}, needs_signal=False, metric="eval/auc", units=None)
+    (row,) = rows([a, b], c)
+    o = row.outcomes[0]
+    assert row.verdict == "holds" and o.ci[0] >= 1.0 and o.ci[1] <= 2.5  # paired replicate differences: 1..2.5
+
+
+def test_correlation_and_spread_kinds():
+    xs = [np.linspace(1, 10, 8) + i for i in range(3)]
+    runs = [rec(f"v{i}", task=f"t{i}", extra={"curves": {"x": x.tolist(), "y": (2 * x + 1).tolist()}},
+                **{"eval/auc": 10.0 + 3 * i})
+            for i, x in enumerate(xs)]
+    corr = claim({"kind": "correlation", "at_least": 0.5}, needs_signal=False, cid="r", a={"method.name": "x"},
+                 x="extra.curves.x", y="extra.curves.y")
+    for k in ("b", "metric", "units", "pair_by"):
+        corr["compare"].pop(k)
+    spread = claim({"kind": "spread", "at_most": 5.0}, needs_signal=False, cid="s", a={"method.name": "x"},
+                   metric="eval/auc", units=None, across="task.name", pair_by=["model.name", "task.name"])
+    spread["compare"].pop("b")
+    r_row, s_row = rows(runs, corr, spread)
+    assert r_row.verdict == "holds" and r_row.outcomes[0].estimate == pytest.approx(1.0)
+    assert s_row.verdict == "does not hold" and s_row.outcomes[0].estimate == pytest.approx(6.0)
+
+
+# ---------------------------------------------------------------- selectors, pairing, scales
+
+def test_two_records_for_one_pair_key_is_an_error_naming_both():
+    runs = seeds([0.01]) + [rec("new", 0, 0.7)]
+    runs[-1]["run_id"] = "dup-run"
+    with pytest.raises(C.ClaimsError, match=r"claim 'c'.*selector a matches two records.*dup-run.*add a selector"):
+        rows(runs, claim(AT_LEAST_M1))
+
+
+def test_selectors_match_lists_globs_operators_and_null():
+    r = rec("new", 3)
+    r["config"]["method"]["k"] = None
+    assert C.matches(r, {"method.variant": ["old", "new"], "exp_id": "p/a*", "seed": {"ge": 3}, "method.k": None})
+    assert not C.matches(r, {"seed": {"gt": 3}})
+    assert C.matches(r, {"method.variant": {"not": "old"}, "method.missing": None})
+    assert not C.matches(r, {"method.variant": "ne*x"})
+
+
+def test_scales_are_rows_never_merged_and_legacy_is_labelled():
+    runs = seeds([0.05, 0.06, 0.04]) + [dict(r, provenance={"hardware": "gpu"}, schema_version=1,
+                                             config_hash=f"g{i}") for i, r in enumerate(seeds([-0.05, -0.06, -0.04]))]
+    cpu, gpu = sorted(rows(runs, claim(AT_LEAST_M1), stand_ins={"t1": "SST-2"}), key=lambda r: r.scale)
+    assert cpu.verdict == "holds" and gpu.verdict == "does not hold"
+    assert cpu.scale.startswith("cpu, offline stand-ins; t1 for SST-2") and "legacy" not in cpu.scale
+    assert gpu.scale.startswith("gpu") and gpu.scale.endswith("legacy records")
+
+
+def test_same_config_published_twice_counts_once():
+    runs = seeds([0.05, 0.06])
+    runs.append(dict(runs[0], exp_id="p/other"))
+    (row,) = rows(runs, claim(AT_LEAST_M1))
+    assert "2 seeds" in row.outcomes[0].n
+
+
+def test_list_of_b_selectors_all_must_hold():
+    runs = seeds([0.05, 0.06, 0.04]) + [rec("base2", s, 0.95) for s in range(3)]
+    c = claim({"kind": "direction", "sign": "+"}, b=[{"method.variant": "base"}, {"method.variant": "base2"}])
+    (row,) = rows(runs, c)
+    assert [o.label for o in row.outcomes] == ["base", "base2"]
+    assert [o.verdict for o in row.outcomes] == ["holds", "does not hold"] and row.verdict == "does not hold"
+
+
+def test_expected_constants_and_exact_tests():
+    runs = [rec("x", model="bert", size=108.31), rec("x", model="roberta", size=124.9)]
+    c = claim({"kind": "exact", "tolerance": 0.05}, needs_signal=False, metric="size", units=None,
+              expected={"by": "model.name", "values": {"bert": 108.3, "roberta": 124.6}}, pair_by=["model.name"])
+    c["compare"].pop("b")
+    c["compare"]["a"] = {"method.variant": "x"}
+    (row,) = rows(runs, c)
+    assert row.verdict == "does not hold" and "0.3" in row.outcomes[0].reason
+
+
+# ---------------------------------------------------------------- rendering
+
+def test_section_counts_verdicts_and_links_only_existing_files(tmp_path):
+    (tmp_path / "p" / "tables").mkdir(parents=True)
+    (tmp_path / "p" / "tables" / "art.md").write_text("x")
+    c1 = claim(AT_LEAST_M1, cid="c1")
+    c1["evidence"] = ["tables/missing.md"]
+    c2 = claim(AT_LEAST_M1, cid="c2", a={"method.variant": "nothing"})
+    reg = registry(c1, c2)
+    out = C.claims_table(C.evaluate_claims("p", seeds([0.05, 0.06, 0.04]), tmp_path, registry=reg), tmp_path)
+    assert out[0].startswith("holds: 1 · does not hold: 0 · inconclusive: 0 · not testable here: 1")
+    assert out[2] == "| claim | paper | ours (± CI, n) | scale and stand-ins | verdict | evidence |"
+    body = "\n".join(out)
+    assert "[art.md](p/tables/art.md)" in body and "missing.md" not in body
+    assert "5.00 ± 1.00 [" in body
+
+
+# ---------------------------------------------------------------- validation
+
+@pytest.mark.parametrize("mutate, match", [
+    (lambda c: c["compare"]["test"].update(kind="bigger"), r"claim 'c': key 'compare\[0\].test.kind': 'bigger'"),
+    (lambda c: c.pop("needs_signal"), r"claim 'c': key 'needs_signal': missing"),
+    (lambda c: c.update(id="Bad Id"), r"key 'id': 'Bad Id' must be a lower-case slug"),
+    (lambda c: c["compare"].update(pair_by="seed"), r"key 'compare\[0\].pair_by'"),
+    (lambda c: c["compare"]["test"].update(at_most=1, at_least=None) or c["compare"]["test"].pop("at_least"), None),
+    (lambda c: c["compare"].update(colour="red"), r"key 'compare\[0\].colour': unknown key"),
+    (lambda c: c["compare"]["test"].update(tolerance=1), r"'compare\[0\].test.tolerance': not a key of a difference"),
+    (lambda c: c.pop("compare"), r"key 'compare': missing; .*not_testable"),
+    (lambda c: c["compare"].update(a={"seed": {"between": 1}}), r"'compare\[0\].a'.*operator selector"),
+])
+def test_validation_errors_name_file_claim_and_key(mutate, match):
+    c = claim(AT_LEAST_M1)
+    mutate(c)
+    if match is None:
+        registry(c)  # a valid variant of the same claim
+        return
+    with pytest.raises(C.ClaimsError, match=match) as e:
+        registry(c)
+    assert str(e.value).startswith("p/claims.yaml: ")
+
+
+def test_duplicate_ids_and_bad_top_level_are_refused(tmp_path):
+    with pytest.raises(C.ClaimsError, match="duplicate id 'c'"):
+        registry(claim(AT_LEAST_M1), claim(AT_LEAST_M1))
+    bad = tmp_path / "claims.yaml"
+    bad.write_text("claims: {}\n")
+    with pytest.raises(C.ClaimsError, match=f"{bad}: top level"):
+        C.load_claims(bad)
+
+
+# ---------------------------------------------------------------- what evaluate.py keeps for the claims
+
+def test_evaluate_keeps_per_example_scores_that_reproduce_the_metrics():
+    task = OmegaConf.create({"metrics": ["accuracy", "f1_macro"]})
+    logits = [np.array([2.0, 0.0]), np.array([0.0, 1.0]), np.array([3.0, 0.0]), np.array([0.0, 2.0])]
+    scores, pe = E._classification(logits, {"labels": [0, 1, 1, 1]}, None, task)
+    assert pe == {"pred": [0, 1, 0, 1], "label": [0, 1, 1, 1]}
+    assert scores["majority_accuracy"] == 0.75 and scores["majority_f1_macro"] == pytest.approx(0.75 / 1.75 * 2 / 2)
+    ones = np.ones((1, 4))
+    assert C.resampled_metric("eval/f1_macro", pe, ones)[0] == pytest.approx(scores["f1_macro"])
+    assert C.resampled_metric("eval/accuracy", pe, ones)[0] == pytest.approx(scores["accuracy"])
+    per = M.squad_scores(["the cat", "dog"], [["cat"], ["a bird"]])
+    assert per == {"em": [100.0, 0.0], "f1": [100.0, 0.0]}
+    assert M.squad_em_f1(["the cat", "dog"], [["cat"], ["a bird"]]) == {"em": 50.0, "f1": 50.0}
+
+
+# ---------------------------------------------------------------- the real registries
+
+@pytest.mark.parametrize("paper", ["recycling", "pema", "intrinsic_dim"])
+def test_real_claims_files_validate_against_the_committed_records(paper):
+    reg = C.load_claims(paper)
+    assert reg.paper == paper and reg.claims
+    runs = load_runs(REPO / "results", paper)
+    assert runs, f"no committed records for {paper}"
+    metric_keys = {k for r in runs for k in r.get("metrics", {})}
+
+    def exists(key: str | None) -> bool:
+        if key in (None, "objective"):
+            return any(C.metric_name(r, None) in r.get("metrics", {}) for r in runs)
+        if key.startswith("extra."):
+            return any(C.raw_value(r, key) is not None for r in runs)
+        return key in metric_keys
+    for cl in reg.claims:
+        for comp in cl.comparisons:
+            keys = [comp.x, comp.y] if comp.test.kind == "correlation" else [comp.metric, comp.b_metric, comp.per]
+            for key in keys:
+                if key is not None or comp.test.kind != "correlation":
+                    assert exists(key) or cl.not_testable, \
+                        f"{paper}/claims.yaml: claim {cl.id!r}: metric {key!r} is in no committed record"
+    table = C.claims_section(paper, runs, REPO / "results")
+    assert all(any(f"**{cl.id}**" in line for line in table) for cl in reg.claims)
+    for row in C.evaluate_claims(paper, runs, REPO / "results"):
+        assert row.verdict in C.VERDICTS
+        assert all(p.exists() for p in row.evidence)

@@ -1,0 +1,95 @@
+"""The report kit: one table object written as markdown and CSV, number formatting, labels, legacy footnotes and
+figure files with their data."""
+import math
+
+import pytest
+
+from experiments.tables import GENERATED, Summary, Table, arrow, delta, fmt, label, legacy_note, pyplot, save_figure, \
+    scale, summary
+
+
+def _rec(schema=2, dirty=False):
+    return {"schema_version": schema, "provenance": {"git_dirty": dirty}}
+
+
+def _table(runs=()):
+    t = Table("demo", "Demo: two rows", ["task", "ours (mean ± sd, n)", "paper", "Δ", "note"], runs=list(runs))
+    s = summary([0.78 * 100, 0.80 * 100, 0.82 * 100])
+    t.add("rt-polarity (stand-in for sst2)", s, 91.0, delta(s.mean, 91.0), "a | b")
+    t.add(task="wnut16", **{"ours (mean ± sd, n)": summary([]), "paper": None, "Δ": delta(None, 1.0), "note": "x"})
+    return t
+
+
+GOLDEN_MD = """\
+| task | ours (mean ± sd, n) | paper | Δ | note |
+|---|---|---|---|---|
+| rt-polarity (stand-in for sst2) | 80.00 ± 2.00 (n=3) | 91.00 | -11.00 | a \\| b |
+| wnut16 | — | — | — | x |
+"""
+GOLDEN_CSV = """\
+task,ours mean,ours sd,ours n,paper,Δ,note
+rt-polarity (stand-in for sst2),80,2,3,91,-11.00,a | b
+wnut16,,,0,,,x
+"""
+
+
+def test_golden_markdown_and_csv():
+    t = _table()
+    assert t.markdown() == GOLDEN_MD
+    assert t.csv() == GOLDEN_CSV
+
+
+def test_write_files_and_readme_lines(tmp_path):
+    t = _table()
+    t.notes = ["A note."]
+    lines = t.write(tmp_path)
+    md = (tmp_path / "tables" / "demo.md").read_text()
+    assert md.startswith(GENERATED + "\n# Demo: two rows\n\n" + GOLDEN_MD) and md.endswith("A note.\n")
+    assert (tmp_path / "tables" / "demo.csv").read_text() == GOLDEN_CSV
+    assert lines[0] == "### Demo: two rows" and "[tables/demo.md](tables/demo.md)" in lines[2]
+    assert Table("empty", "Empty", ["a"]).write(tmp_path) == [] and not (tmp_path / "tables" / "empty.md").exists()
+
+
+def test_rows_must_fit_the_columns():
+    t = Table("t", "T", ["a", "b"])
+    with pytest.raises(ValueError, match="1 cells for 2 columns"):
+        t.add(1)
+    with pytest.raises(ValueError, match=r"unknown columns \['c'\]"):
+        t.add(a=1, c=2)
+
+
+def test_legacy_records_are_footnoted_never_silent(tmp_path):
+    clean = _table([_rec(), _rec()])
+    assert clean.all_notes() == []
+    mixed = _table([_rec(), _rec(schema=1, dirty=True), _rec(dirty=True)])
+    (note,) = mixed.all_notes()
+    assert note.startswith("**Legacy:** 2 of the 3 records") and "schema 1" in note and "dirty tree (1)" in note
+    mixed.write(tmp_path)
+    assert "**Legacy:** 2 of the 3" in (tmp_path / "tables" / "demo.md").read_text()
+    assert legacy_note([_rec()], "these checks") == []
+
+
+def test_numbers_and_labels():
+    assert fmt(None) == fmt(math.nan) == "—" and fmt(1.005, 1) == "1.0" and fmt(2.0, sign=True) == "+2.00"
+    assert fmt(28996, thousands=True) == "28,996" and fmt(1329.2, 1, thousands=True) == "1,329.2"
+    assert scale("eval/accuracy") == scale("eval/f1_binary") == 100.0 and scale("eval/f1") == scale("time/x") == 1.0
+    assert label("rt-polarity", "sst2") == "rt-polarity (stand-in for sst2)" and label("sst2", None) == "sst2"
+    s = summary([1.0])
+    assert (s.mean, s.sd, s.n, str(s)) == (1.0, 0.0, 1, "1.00 ± 0.00 (n=1)")
+    assert str(Summary(())) == "—" and delta(3.0, "text cell") == "—"
+
+
+def test_arrows_say_direction_or_that_none_was_declared():
+    assert arrow("eval/accuracy") == " ↑" and arrow("time/step_ms") == " ↓" and arrow("mem/peak_full_mb") == " ↓"
+    assert arrow("speedup/NR_vs_R_pct") == " ↑" and arrow("storage/fp16_disk_bytes") == " ↓"
+    assert arrow("params/total") == ""        # declared: a size has no better side
+    assert arrow("eval/bleurt_score") == " ?"  # nobody declared it: shown, and marked
+
+
+def test_save_figure_writes_the_plotted_numbers_beside_the_png(tmp_path):
+    plt = pyplot()
+    fig, ax = plt.subplots()
+    ax.plot([1, 2], [3.0, 4.5])
+    rel = save_figure(fig, tmp_path, "fig", [{"x": 1, "y": 3.0}, {"x": 2, "y": 4.5, "series": "a"}])
+    assert rel == "figures/fig.png" and (tmp_path / rel).stat().st_size > 1000
+    assert (tmp_path / "figures" / "fig.csv").read_text() == "x,y,series\n1,3,\n2,4.5,a\n"
