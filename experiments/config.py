@@ -39,7 +39,8 @@ class TaskConfig:
     source: str = "offline"  # offline | hub | fixture
     offline: Optional[str] = None  # asset name under $STRATA_CACHE/data
     hf: HubData = field(default_factory=HubData)
-    splits: dict[str, str] = field(default_factory=lambda: {"train": "train", "eval": "eval"})
+    splits: dict[str, str] = field(default_factory=lambda: {"train": "train", "eval": "eval"})  # + dev: checkpoint selection
+    dev_from_train: Optional[float] = None  # no dev split: carve this fraction of train for checkpoint selection
     text_fields: list[str] = field(default_factory=list)  # cls: [text]; pair: [a, b]; ner: [tokens]; qa: [question, context]
     label_field: str = "label"  # cls/pair: int label; ner: tag list; qa: answers dict
     label_names: list[str] = field(default_factory=list)
@@ -167,6 +168,7 @@ RANGES = {
     "hardware.threads": _at_least(1, optional=True),
     "hardware.num_workers": _at_least(0),
     "hardware.precision": _one_of("fp32", "bf16", "fp16"),
+    "task.dev_from_train": ((lambda v: v is None or 0 < v < 1), "null or a fraction in (0, 1)"),
     "train.grad_accum": _at_least(1),
     "train.lr": _at_least(0),
     "train.warmup_ratio": ((lambda v: 0 <= v <= 1), "a number in [0, 1]"),

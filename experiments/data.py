@@ -46,7 +46,8 @@ def load_rows(task: DictConfig, data: DictConfig, split: str) -> list[dict] | da
 
 
 def load_splits(task: DictConfig, data: DictConfig) -> datasets.DatasetDict:
-    """train/eval splits of `task`, each capped to a fixed random subset when data.limit_* is set."""
+    """train/eval (and dev, when task.splits names one or task.dev_from_train carves one from train) splits of `task`,
+    each capped to a fixed random subset when data.limit_* is set (dev takes limit_eval)."""
     source = _source(task, data)
     if source == "offline":
         d = require("data", task.offline)
@@ -56,6 +57,8 @@ def load_splits(task: DictConfig, data: DictConfig) -> datasets.DatasetDict:
         # one committed file holds both splits, marked by a `split` column
         rows = datasets.load_dataset("json", data_files=str(REPO / task.fixture))["train"]
         ds = datasets.DatasetDict({s: rows.filter(lambda r, s=s: r["split"] == s) for s in ("train", "eval")})
+        if "dev" in task.splits:  # the fixture has no dev rows: its eval rows stand in, so a smoke run exercises dev
+            ds["dev"] = ds["eval"]
     else:
         hub = datasets.load_dataset(task.hf.path, task.hf.name)
         missing = {split: name for split, name in task.splits.items() if name not in hub}
@@ -64,7 +67,12 @@ def load_splits(task: DictConfig, data: DictConfig) -> datasets.DatasetDict:
                              f"{', '.join(map(repr, missing.values()))}; its splits: {', '.join(hub)}. "
                              f"Fix task.splits ({', '.join(f'{k}: {v}' for k, v in missing.items())})")
         ds = datasets.DatasetDict({split: hub[name] for split, name in task.splits.items()})
-    for split, limit in (("train", data.limit_train), ("eval", data.limit_eval)):
+    if task.get("dev_from_train") and "dev" not in ds:  # a fixed slice of train, never eval, selects the checkpoint
+        cut = ds["train"].train_test_split(test_size=task.dev_from_train, seed=data.subset_seed, shuffle=True)
+        ds["train"], ds["dev"] = cut["train"], cut["test"]
+    for split, limit in (("train", data.limit_train), ("eval", data.limit_eval), ("dev", data.limit_eval)):
+        if split not in ds:
+            continue
         if limit is not None and limit < len(ds[split]):
             ds[split] = ds[split].shuffle(seed=data.subset_seed).select(range(limit))
     return ds

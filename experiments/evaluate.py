@@ -29,6 +29,12 @@ class Scores(dict):
     It travels with the metrics it belongs to, so the trainer's best-checkpoint choice keeps the matching one."""
     per_example: dict[str, list]
 
+    def as_split(self, split: str) -> "Scores":
+        """The same scores under another split's prefix (`dev/accuracy`); per-example scores stay with `eval`."""
+        out = Scores({f"{split}/{k.split('/', 1)[1]}": v for k, v in self.items()})
+        out.per_example = self.per_example
+        return out
+
 
 def token_inputs(features: datasets.Dataset, pad_id: int) -> Inputs:
     """(start, stop) -> the padded model inputs of features[start:stop]."""

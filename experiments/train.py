@@ -32,6 +32,7 @@ class FitResult:
     stopped_early: bool
     data_s: float = 0.0  # time spent producing batches (tokenized padding, or reading a cache)
     history: list[dict] = field(default_factory=list)
+    test: dict[str, float] | None = None  # `test(model)` once, at the restored best weights (when given)
 
 
 def total_steps(n_batches: int, cfg) -> int:
@@ -42,11 +43,13 @@ def total_steps(n_batches: int, cfg) -> int:
 
 def fit(model: nn.Module, batches: Callable[[int], Iterable[dict]], n_batches: int, cfg,
         evaluate: Callable[[nn.Module], dict[str, float]], objective: str, higher_is_better: bool,
-        device: torch.device, precision: str = "fp32", on_eval: Callable[[int, dict], None] | None = None) -> FitResult:
+        device: torch.device, precision: str = "fp32", on_eval: Callable[[int, dict], None] | None = None,
+        test: Callable[[nn.Module], dict[str, float]] | None = None) -> FitResult:
     """Train `model` on `batches(epoch)` (a fresh, reshuffled iterable each epoch) for cfg.max_steps or cfg.epochs.
 
     `evaluate(model) -> metrics` runs every cfg.eval_every optimizer steps (0: each epoch) and at the end; the weights
-    with the best `metrics[objective]` are kept and restored. cfg is a TrainConfig.
+    with the best `metrics[objective]` are kept and restored. `test(model)`, if given, is scored once at those weights
+    (a dev split selects, the eval split is only reported). cfg is a TrainConfig.
     """
     model.to(device)
     steps_total = total_steps(n_batches, cfg)
@@ -60,12 +63,16 @@ def fit(model: nn.Module, batches: Callable[[int], Iterable[dict]], n_batches: i
     sign = 1 if higher_is_better else -1
     bar = tqdm(total=steps_total, desc="train", disable=not (cfg.progress and sys.stderr.isatty()), leave=False)
 
-    def run_eval() -> bool:
-        nonlocal best, best_score, best_state, best_step, bad_evals
+    def scored(fn):
         model.eval()
         with torch.inference_mode(), autocast():
-            metrics = evaluate(model)
+            metrics = fn(model)
         model.train()
+        return metrics
+
+    def run_eval() -> bool:
+        nonlocal best, best_score, best_state, best_step, bad_evals
+        metrics = scored(evaluate)
         history.append({"step": step, **metrics})
         if on_eval:
             on_eval(step, metrics)
@@ -112,7 +119,7 @@ def fit(model: nn.Module, batches: Callable[[int], Iterable[dict]], n_batches: i
     model.load_state_dict(best_state)
     return FitResult(best=best, best_step=best_step, steps=step, epochs=micro / max(1, n_batches),
                      train_s=timer.total_s, step_ms=timer.median_ms, stopped_early=stopped, history=history,
-                     data_s=data_s[0])
+                     data_s=data_s[0], test=scored(test) if test is not None else None)
 
 
 def _timed(batches: Iterable[dict], acc: list[float]):

@@ -7,7 +7,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from experiments import data as D
 from experiments.context import RunContext
-from experiments.finetune import fit_and_score, prepare, record_samples
+from experiments.finetune import encode_dev, fit_and_score, prepare, record_samples
 from experiments.models import count_parameters, tokenizer_fingerprint
 from recycling import cache as C
 from recycling.config import CACHED, VARIANTS
@@ -21,6 +21,7 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
     if m.variant not in VARIANTS:
         raise ValueError(f"unknown recycling variant {m.variant!r}; valid: {', '.join(VARIANTS)}")
     tok, model, raw, train, evals = prepare(cfg)
+    dev = encode_dev(cfg, tok, raw)  # None unless the task selects its checkpoint on a dev split
     ctx.tokenizer_fingerprint = tokenizer_fingerprint(tok)
     record_samples(cfg, ctx, raw, train, evals)
     k = resolve_k(m.k, len(blocks(model.encoder)))
@@ -33,12 +34,14 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
     extra = {"recycling/k": k, "recycling/layers_reduced_pct": 100.0 * k / len(blocks(model.encoder))}
     if lower is None:
         batches, n_batches = D.train_batches(train, hw.batch_size, pad, cfg.seed, cfg.train.group_by_length)
-        metrics = fit_and_score(cfg, ctx, trained, raw, evals, batches, n_batches, pad)
+        metrics = fit_and_score(cfg, ctx, trained, raw, evals, batches, n_batches, pad, dev=dev)
     else:
         store = ctx.store()
         n = D.max_length(cfg.task, cfg.data)
         caches = {}
-        for split, feats in (("train", train), ("eval", evals)):
+        for split, feats in (("train", train), ("eval", evals), ("dev", dev)):
+            if feats is None:
+                continue
             rows = D.rows_of(feats)
             before = store.stats.computed
             states = C.build(store, lower, rows, k, tokenizer_key=ctx.tokenizer_fingerprint, max_length=n,
@@ -50,7 +53,8 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
         hits = _HitCounter(store)
         batches, n_batches = caches["train"].batches(hw.batch_size, cfg.seed, cfg.train.group_by_length)
         metrics = fit_and_score(cfg, ctx, trained, raw, evals, hits.per_epoch(batches), n_batches, pad,
-                                eval_inputs=caches["eval"].eval_inputs())
+                                eval_inputs=caches["eval"].eval_inputs(), dev=dev,
+                                dev_inputs=caches["dev"].eval_inputs() if dev is not None else None)
         ctx.extra["cache_epochs"] = hits.epochs
         if hits.epochs:
             last = hits.epochs[-1]

@@ -1,0 +1,31 @@
+"""experiments/finetune.py: with a dev split the checkpoint is chosen on dev and eval is scored once, at the chosen
+weights (the bio-NER tasks report test after selecting on validation, as the paper does)."""
+import pytest
+
+from experiments.run import execute
+from tests.conftest import REPO
+
+
+def test_dev_split_selects_the_checkpoint_and_eval_never_does(smoke_cfg, tmp_path):
+    rec = execute(smoke_cfg("task.dev_from_train=0.25"), tmp_path / "run")
+    m, n = rec["metrics"], rec["n_samples"]
+    assert rec["status"] == "ok" and {"dev/accuracy", "eval/accuracy"} <= set(m)
+    history = rec["extra"]["history"]
+    assert len(history) == 2 and all(k.startswith("dev/") for h in history for k in h if k != "step")
+    assert m["dev/accuracy"] == max(h["dev/accuracy"] for h in history)  # the restored checkpoint's
+    fixture_train = sum('"split": "train"' in line for line in (REPO / "tests/fixtures/rt-polarity.jsonl").open())
+    assert n["dev_examples"] == round(0.25 * fixture_train) and n["dev_examples"] + n["train_examples"] == fixture_train
+    assert len(rec["per_example"]["eval"]["pred"]) == n["eval_examples"]  # per-example scores are eval's
+
+
+def test_without_dev_the_eval_split_selects_as_before(smoke_cfg, tmp_path):
+    rec = execute(smoke_cfg(), tmp_path / "run")
+    assert not any(k.startswith("dev/") for k in rec["metrics"]) and "dev_examples" not in rec["n_samples"]
+
+
+def test_a_method_that_ignores_the_dev_split_is_stopped(smoke_cfg, tmp_path):
+    from experiments import finetune
+    cfg = smoke_cfg("task.dev_from_train=0.25")
+    tok, model, raw, train, evals = finetune.prepare(cfg)
+    with pytest.raises(ValueError, match="encode_dev"):
+        finetune.fit_and_score(cfg, None, model, raw, evals, None, 0, tok.pad_token_id)
