@@ -75,7 +75,23 @@ def load_splits(task: DictConfig, data: DictConfig) -> datasets.DatasetDict:
             continue
         if limit is not None and limit < len(ds[split]):
             ds[split] = ds[split].shuffle(seed=data.subset_seed).select(range(limit))
+    check_labels(task, ds)
     return ds
+
+
+def check_labels(task: DictConfig, ds: datasets.DatasetDict) -> None:
+    """Integer labels (class ids, or tag ids of hub NER data) must index task.label_names: a shorter list would fail
+    deep in the loss as "Target 2 is out of bounds"."""
+    if task.type not in ("cls", "pair", "ner"):
+        return
+    ids = set()
+    for split in ds.values():
+        for v in split[task.label_field]:
+            vs = v if isinstance(v, list) else [v]
+            ids.update(x for x in vs if isinstance(x, int) and not isinstance(x, bool) and x >= 0)  # -1: unlabelled
+    if ids and max(ids) >= len(task.label_names):
+        raise ValueError(f"task.label_names has {len(task.label_names)} names ({list(task.label_names)}) but the data "
+                         f"of task {task.name} has label id {max(ids)}: list one name per label id 0..{max(ids)}")
 
 
 def max_length(task: DictConfig, data: DictConfig) -> int:

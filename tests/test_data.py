@@ -129,3 +129,10 @@ def test_train_batches_cover_every_row_once_per_epoch_and_reshuffle(group):
     padding = sum(int((b["input_ids"] == 0).sum()) for b in fn(0))
     if group:  # sorted within the window: far less padding than a random order
         assert padding < sum(int((b["input_ids"] == 0).sum()) for b in D.train_batches(feats, 8, 0, 0, False)[0](0))
+
+
+def test_label_names_shorter_than_the_labels_are_refused_before_training():
+    from tests.conftest import compose
+    cfg = compose("debug=smoke", "task=vitaminc", "task.label_names=[a,b]")
+    with pytest.raises(ValueError, match="task.label_names has 2 names .* label id 2"):
+        D.load_splits(cfg.task, cfg.data)
