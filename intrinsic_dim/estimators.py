@@ -1,11 +1,12 @@
 """Intrinsic-dimension estimators on a point cloud X (N x D): TwoNN (Facco et al. 2017) exactly as the paper's
 official code computes it, and the MLE of Levina & Bickel (2004) used as the paper's sanity check (App. F).
 
-Both share one batched torch nearest-neighbour search: distances come from the Gram matrix of the centred data in
-row chunks (so N=5000, D=4096 never holds more than `chunk_bytes` of distances at once, on CPU or GPU), `topk`
-picks the neighbours of each row, and the distances of the chosen neighbours are then recomputed directly as
-||x_i - x_j|| in float64, so r1, r2 (and the MLE's T_j) carry no Gram-matrix cancellation error and exact
-duplicates give exactly r1 = 0.
+Both share one batched torch nearest-neighbour search: candidates come from the float32 Gram matrix of the centred
+data (whole, or in row chunks of at most `chunk_bytes`, on CPU or GPU), their distances are recomputed directly as
+||x_i - x_j|| in float64, and a rigorous bound on the float32 error certifies per row that no other point can be
+nearer (what it cannot exclude is searched exactly). So the neighbours are the exact float64 ones however wide the
+cloud is next to its neighbour distances, r1, r2 (and the MLE's T_j) carry no Gram-matrix cancellation error, and
+exact duplicates give exactly r1 = 0.
 
 Duplicate points (identical prompts give identical states) make r1 = 0 and mu = r2/r1 infinite; by default they
 are removed first (one copy kept) and counted. With `dedup=False` the official behaviour is kept instead: r1 = 0 is
@@ -13,11 +14,13 @@ replaced by 1e-10 (and counted).
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
 import numpy as np
 import torch
+from threadpoolctl import ThreadpoolController
 
 R1_FLOOR = 1e-10  # official code: r1[r1 == 0] = 1e-10 (calculate_id.py)
 
@@ -62,49 +65,120 @@ def deduplicate(X: torch.Tensor) -> tuple[torch.Tensor, int]:
     return X[first.sort().values], len(X) - len(uniq)
 
 
-def nearest_neighbours(X: torch.Tensor, k: int, chunk_bytes: int = 1 << 28, margin: int = 8,
-                       exact_bytes: int = 1 << 22) -> tuple[torch.Tensor, torch.Tensor]:
-    """(distances, indices) of every row's k nearest other rows, ascending; distances exact (float64).
+def _search_precision(D: int, device: torch.device) -> tuple[torch.dtype, float]:
+    """dtype of the candidate product and the unit roundoff u it runs at: float32, unless the user let float32
+    products run in TF32 or bf16 (torch.set_float32_matmul_precision, torch.backends.*.fp32_precision), which
+    makes the error bound useless at D in the hundreds; then float64, certified the same way."""
+    backend = torch.backends.cuda.matmul if device.type == "cuda" else torch.backends.mkldnn.matmul
+    prec = getattr(backend, "fp32_precision", None)  # torch >= 2.9: "none" (the default) or "ieee" is float32
+    ieee = prec in ("none", "ieee") if prec is not None else (
+        torch.get_float32_matmul_precision() == "highest"
+        and not (device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32))
+    u = 2.0 ** -24
+    return (torch.float32, u) if ieee and D * u <= 0.01 else (torch.float64, 2.0 ** -53)
 
-    The candidate search takes the k + `margin` nearest by squared distance from the Gram matrix of the centred
-    data in float32 (row chunks of at most `chunk_bytes`; half the cost of float64); their distances are then
-    recomputed in float64 directly from the coordinates and the k nearest kept, so a rounding-level near-tie in the
-    Gram matrix cannot swap a neighbour out. The recompute gathers candidates in blocks of `exact_bytes`, small
-    enough to stay in cache (one gather of every row's candidates at once is memory-bound and costs twice the
-    Gram product)."""
+
+@functools.cache
+def _blas() -> ThreadpoolController:
+    """numpy's BLAS thread pools, found once (~2 ms)."""
+    return ThreadpoolController()
+
+
+def _gram_rows(Xs: torch.Tensor, s: int, e: int) -> torch.Tensor:
+    """Xs[s:e] @ Xs.T. On CPU through numpy at torch's thread count: numpy runs the whole symmetric product
+    (s:e = all rows) as one BLAS SYRK, half the multiplications of the GEMM torch runs (2000 x 576 float32, one
+    thread: 23 vs 45 ms)."""
+    if Xs.device.type != "cpu":
+        return Xs[s:e] @ Xs.T
+    x = Xs.numpy()
+    with _blas().limit(limits=torch.get_num_threads(), user_api="blas"):
+        return torch.from_numpy(x[s:e] @ x.T)
+
+
+def _exact_distances(X: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, block_bytes: int) -> torch.Tensor:
+    """||X[rows[r]] - X[cols[r, c]]|| in float64 from the coordinates (no Gram cancellation), shape of `cols`,
+    gathered in blocks of `block_bytes` (small enough to stay in cache: one gather of every row's candidates at
+    once is memory-bound and costs twice the Gram product)."""
+    R, W = cols.shape
+    pairs = max(1, block_bytes // (8 * X.shape[1]))
+    br, bc = max(1, pairs // W), min(W, pairs)
+    out = torch.empty(R, W, dtype=torch.float64, device=X.device)
+    for b in range(0, R, br):
+        for c in range(0, W, bc):
+            diff = X[cols[b:b + br, c:c + bc]]  # (br, bc, D)
+            diff.sub_(X[rows[b:b + br], None, :])
+            out[b:b + br, c:c + bc] = torch.linalg.vector_norm(diff, dim=2)
+    return out
+
+
+def nearest_neighbours(X: torch.Tensor, k: int, chunk_bytes: int = 1 << 28, margin: int = 2,
+                       exact_bytes: int = 1 << 22) -> tuple[torch.Tensor, torch.Tensor]:
+    """(distances, indices) of every row's k nearest other rows, ascending: exactly the k smallest float64
+    distances ||x_i - x_j|| computed from the coordinates, however wide the cloud is next to its neighbour
+    distances (outliers, far clusters, massive activations).
+
+    Candidates: the k + `margin` smallest b_ij = |x_j|^2 - 2 x_i.x_j (the squared distance less the row's constant
+    |x_i|^2) from the float32 Gram matrix of the centred data (whole, or in row chunks of at most `chunk_bytes`;
+    half the cost of float64); their distances are recomputed in float64 from the coordinates and the k nearest
+    kept. b_ij has a rigorous error bound (rounding x and |x_j|^2 to float32, Higham's gamma_D = D u / (1 - D u)
+    for a length-D dot product in any summation order, one rounding for the sum; u the unit roundoff):
+        |b_ij - (||x_i - x_j||^2 - |x_i|^2)| <= e_ij = c (|x_i| + |x_j|)^2,  c = 1.01 (3 u + gamma_D),
+    with the data scaled by a power of two so that |x| < 1 (no float32 overflow; an absolute term covers
+    underflow; the 1% covers second-order and float64 terms). So a point j lies no nearer than the row's k-th
+    exact candidate distance T_k when b_ij + |x_i|^2 - e_ij >= T_k. A row is certified when that holds for every
+    point outside its candidates: first at once, from the largest kept b_ij and e_ij at the largest |x_j|; for
+    a row that fails, point by point, and the points still not excluded are searched exactly in float64 for that
+    row (all of them at worst). A wide cloud costs time, never a wrong neighbour."""
     N, D = X.shape
     if not 1 <= k < N:
         raise ValueError(f"need 1 <= k < N; got k={k}, N={N}")
     m = min(N - 1, k + margin)
     Xc = X - X.mean(0, keepdim=True)  # distances are translation-invariant; centring shrinks the Gram error
-    Xs = Xc.to(torch.float32)  # candidates only: exact distances come from Xc below
-    sq = (Xs * Xs).sum(1)
+    amax = float(Xc.abs().max())
+    scale = math.ldexp(1.0, -math.frexp(amax)[1]) if amax > 0 else 1.0  # a power of two: exact
+    Xc.mul_(scale)
+    norm = torch.linalg.vector_norm(Xc, dim=1)
+    sq = norm * norm
+    dtype, u = _search_precision(D, X.device)
+    Xs, s_sq = Xc.to(dtype), sq.to(dtype)
+    c = 1.01 * (3 * u + D * u / (1 - D * u))
+    e_abs = 4 * (D + 1) * torch.finfo(dtype).tiny * torch.finfo(dtype).eps  # underflow to subnormals
     dist = torch.empty(N, k, dtype=torch.float64, device=X.device)
     idx = torch.empty(N, k, dtype=torch.long, device=X.device)
-    rows = max(1, min(N, chunk_bytes // (4 * N)))
-    block = max(1, exact_bytes // (8 * m * D))
+    rows = max(1, min(N, chunk_bytes // (Xs.element_size() * N)))
     for s in range(0, N, rows):
         e = min(N, s + rows)
-        d2 = torch.addmm(sq[None, :], Xs[s:e], Xs.T, beta=1.0, alpha=-2.0)  # (rows, N): |y|^2 - 2 x.y
-        d2.add_(sq[s:e, None])
-        d2[torch.arange(e - s, device=X.device), torch.arange(s, e, device=X.device)] = math.inf  # not itself
-        cand = d2.topk(m, dim=1, largest=False, sorted=False).indices  # (rows, m)
-        del d2
-        for b in range(s, e, block):
-            c = cand[b - s:min(e, b + block) - s]
-            diff = Xc[c]  # (block, m, D)
-            diff.sub_(Xc[b:b + len(c), None, :])
-            exact, order = torch.linalg.vector_norm(diff, dim=2).sort(dim=1)
-            dist[b:b + len(c)] = exact[:, :k]
-            idx[b:b + len(c)] = c.gather(1, order[:, :k])
+        r = torch.arange(s, e, device=X.device)
+        b = _gram_rows(Xs, s, e)
+        b = torch.add(s_sq, b, alpha=-2, out=b)  # (rows, N): |x_j|^2 - 2 x_i.x_j, one rounding
+        b[r - s, r] = math.inf  # not itself
+        b_m, cand = b.topk(m, dim=1, largest=False, sorted=False)  # (rows, m)
+        exact, order = _exact_distances(X, r, cand, exact_bytes).sort(dim=1)
+        dist[s:e], idx[s:e] = exact[:, :k], cand.gather(1, order[:, :k])
+        if m == N - 1:
+            continue  # every other point is a candidate
+        # T_k - |x_i|^2, to compare with b_ij - e_ij; the factor covers the rounding of the float64 distances
+        t_k = (exact[:, k - 1] * scale) ** 2 * (1 + 4 * (D + 5) * 2.0 ** -53) - sq[s:e]
+        outside = b_m.max(1).values.double() - c * (norm[s:e] + norm.max()) ** 2 - e_abs  # <= any non-candidate's
+        unsure = ((outside < t_k) & (exact[:, k - 1] > 0)).nonzero()[:, 0]  # T_k = 0 (k duplicates) is certain
+        if len(unsure) == 0:
+            continue
+        lower = b[unsure].double() - c * (norm[s + unsure, None] + norm[None, :]) ** 2 - e_abs
+        maybe = lower < t_k[unsure, None]  # itself: inf, never
+        maybe.scatter_(1, cand[unsure], False)  # already exact
+        for i, row in zip((s + unsure).tolist(), maybe):
+            extra = row.nonzero()[:, 0]
+            if len(extra):
+                cols = torch.cat([idx[i], extra])[None]  # the k kept so far and every point not excluded
+                ex, order = _exact_distances(X, torch.tensor([i], device=X.device), cols, exact_bytes).sort(dim=1)
+                dist[i], idx[i] = ex[0, :k], cols[0, order[0, :k]]
     return dist, idx
 
 
 def _neighbours(X, k: int, dedup: bool, device) -> tuple[torch.Tensor, int, int]:
     """Distances to the k nearest neighbours, the number of points behind them and of exact duplicates. With
     `dedup`, duplicates are dropped (first copy kept) only when the search finds a zero distance, which an exact
-    duplicate gives (its copy is a float32 candidate unless more than `margin` other points tie with it to float32
-    rounding): distinct data pays no `torch.unique`."""
+    duplicate always gives (the search is exact): distinct data pays no `torch.unique`."""
     X = _as_tensor(X, device)
     if X.shape[0] <= k:
         raise TooFewPoints(f"need more than {k} points; got {X.shape[0]}")

@@ -1,4 +1,5 @@
-"""TwoNN and MLE: skdim agreement, known dimensions, duplicates, chunking, errors; the AUC formulas by hand."""
+"""TwoNN and MLE: skdim agreement (also on clouds far wider than their neighbour distances), known dimensions,
+duplicates, chunking, errors; the AUC formulas by hand."""
 import math
 import warnings
 
@@ -21,6 +22,13 @@ def skdim_twonn(X) -> float:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return float(TwoNN(discard_fraction=0.1).fit(X).dimension_)
+
+
+def skdim_mle(X, k: int) -> float:
+    from skdim.id import MLE
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return float(MLE().fit(X, n_neighbors=k, comb="mean").dimension_)  # ours averages per-point estimates
 
 
 @pytest.mark.parametrize("shape,seed", [((400, 100, 5), 0), ((300, 50, 50), 1), ((257, 576, 12), 2)])
@@ -74,11 +82,77 @@ def test_without_dedup_the_official_floor_applies():
         E.mle(Xd, k=10, dedup=False)
 
 
+def issue_example() -> np.ndarray:
+    """Points at i^1.5 on a line plus one at 1e6 (issue 11): centred, every point is ~8e4 from the origin while
+    its neighbours are 1-5 away, so float32 Gram rounding (~(8e4)^2 * 6e-8) swamps the neighbour distances."""
+    return np.array([[i ** 1.5, 0.0] for i in range(12)] + [[1e6, 0.0]])
+
+
+def log_radii() -> np.ndarray:
+    """300 points in the plane at radii spread over 7 decades (log-uniform): a cloud ~1e7 wide whose inner points
+    are ~1 apart."""
+    rng = np.random.default_rng(0)
+    r, theta = 10 ** rng.uniform(0, 7, 300), rng.uniform(0, 2 * np.pi, 300)
+    return np.stack([r * np.cos(theta), r * np.sin(theta)], 1)
+
+
+def far_clusters() -> np.ndarray:
+    """Two tight 3-dim clusters 1000 apart in every coordinate (D=10)."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((150, 3)) @ rng.standard_normal((3, 10)) * 0.01
+    b = rng.standard_normal((150, 3)) @ rng.standard_normal((3, 10)) + 1000
+    return np.concatenate([a, b])
+
+
+def massive_activations() -> np.ndarray:
+    """LLM-like states: a 5-dim manifold in D=64, and on 30% of the points two coordinates ~1e4 times larger than
+    the rest (the massive activations of attention-sink tokens), varying by 5%."""
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((300, 5)) @ rng.standard_normal((5, 64)) / 3 + 0.01 * rng.standard_normal((300, 64))
+    hot = rng.random(300) < 0.3
+    X[hot, :2] += 1e4 * (1 + 0.05 * rng.standard_normal((hot.sum(), 2)))
+    return X
+
+
+# each of these gave a different estimate before the float32 candidate search was certified (e.g. 3.06 for 4.02)
+@pytest.mark.parametrize("X", [issue_example(), log_radii(), far_clusters(), massive_activations()],
+                         ids=["issue_example", "log_radii", "far_clusters", "massive_activations"])
+def test_twonn_equals_skdim_on_clouds_wider_than_their_neighbour_distances(X):
+    assert abs(E.twonn(X) - skdim_twonn(X)) / skdim_twonn(X) <= 1e-10
+
+
+@pytest.mark.parametrize("X", [log_radii(), far_clusters(), massive_activations()],
+                         ids=["log_radii", "far_clusters", "massive_activations"])
+def test_mle_equals_skdim_on_clouds_wider_than_their_neighbour_distances(X):
+    assert abs(E.mle(X, k=20) - skdim_mle(X, 20)) / skdim_mle(X, 20) <= 1e-10
+
+
+def brute_force(X: torch.Tensor, k: int) -> torch.Tensor:
+    d = torch.cdist(X, X, compute_mode="donot_use_mm_for_euclid_dist")  # direct differences, no Gram
+    return d.fill_diagonal_(math.inf).sort(1).values[:, :k]
+
+
+@pytest.mark.parametrize("precision", ["highest", "medium"])  # medium: TF32/bf16 allowed -> a float64 search
+def test_search_is_exact_on_far_clusters_at_any_matmul_precision(precision):
+    X = torch.from_numpy(far_clusters())
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision(precision)
+    try:
+        dist, idx = E.nearest_neighbours(X, 20)
+        assert E._search_precision(10, X.device)[0] == (torch.float32 if precision == "highest" else torch.float64)
+    finally:
+        torch.set_float32_matmul_precision(before)
+    assert torch.allclose(dist, brute_force(X, 20), rtol=1e-13, atol=0)
+    assert torch.equal(dist, torch.linalg.vector_norm(X[idx] - X[:, None], dim=2))  # indices match distances
+    chunked = E.nearest_neighbours(X, 20, chunk_bytes=4 * 300 * 7, exact_bytes=8 * 10 * 100)  # 7 rows, 100 pairs
+    assert torch.equal(chunked[0], dist) and torch.equal(chunked[1], idx)
+
+
 def test_chunked_search_equals_one_block():
     X = torch.from_numpy(embedded_gaussian(500, 7, 30, 7))
     d1, i1 = E.nearest_neighbours(X, 5)
     d2, i2 = E.nearest_neighbours(X, 5, chunk_bytes=4 * 500 * 3)  # 3 rows per chunk
-    d3, i3 = E.nearest_neighbours(X, 5, exact_bytes=8 * 13 * 30 * 2)  # recompute 2 rows at a time
+    d3, i3 = E.nearest_neighbours(X, 5, exact_bytes=8 * 7 * 30 * 2)  # recompute 2 rows (of 7 candidates) at a time
     assert torch.equal(i1, i2) and torch.equal(i1, i3)
     assert torch.equal(d1, d2) and torch.equal(d1, d3)
     brute = torch.cdist(X, X).fill_diagonal_(math.inf).sort(1)
