@@ -184,3 +184,13 @@ def test_committed_reports_link_only_files_that_exist():
     dead = [f"{d.relative_to(REPO)} -> {link}" for d in docs for link in _links(d.read_text())
             if not (d.parent / link).exists()]
     assert dead == []
+
+
+def test_a_users_own_runs_render_without_publishing(smoke_cfg, tmp_path):
+    from experiments.run import execute
+    for seed in (0, 1):
+        execute(smoke_cfg(f"seed={seed}"), tmp_path / "outputs" / "sweeps" / "smoke" / "cpu" / f"s{seed}")
+    index = report.report_runs(tmp_path / "outputs", tmp_path / "mine")
+    table = (tmp_path / "mine" / "finetune" / "tables" / "smoke.md").read_text()
+    assert index.exists() and "(n=2)" in table and "eval/accuracy" in table
+    assert not (tmp_path / "results").exists()  # nothing published
