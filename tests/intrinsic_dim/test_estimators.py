@@ -189,3 +189,21 @@ def test_normalized_auc_by_hand():
     assert A.heatmap_difference(a, b) == pytest.approx((4 + 4) / 4)
     with pytest.raises(ValueError, match="auc norm"):
         A.normalized_auc(ids, "mean")
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_gram_paths_agree_and_give_the_same_estimate(threads):
+    """One thread: numpy's SYRK; more: torch's mirrored tiles. Both are exact enough for the certified search, so the
+    estimate does not depend on the thread count."""
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((301, 40)).astype(np.float32)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads)
+        G = E._gram_rows(torch.from_numpy(X), 0, len(X))
+        np.testing.assert_allclose(G.numpy(), X.astype(np.float64) @ X.T.astype(np.float64), rtol=1e-5, atol=1e-4)
+        assert torch.equal(G, G.T)
+        est = E.twonn(X.astype(np.float64))
+    finally:
+        torch.set_num_threads(before)
+    assert est == pytest.approx(E.twonn(X.astype(np.float64)), rel=1e-12)
