@@ -32,9 +32,10 @@ class Option:
 # one line per method
 METHODS: dict[str, Method] = {
     "finetune": Method("experiments.finetune:run", "finetune", "experiments.config:FinetuneConfig", options=("pema",)),
-    "pema_vocab": Method("pema.run:run", "pema", "pema.config:PemaVocabConfig"),
-    "pema_sizes": Method("pema.run:run", "pema", "pema.config:PemaSizesConfig"),
-    "pema_bench": Method("pema.run:run", "pema", "pema.config:PemaBenchConfig"),
+    # PEMA's own methods read the pema option's settings (splits, keep_special, tied, ...)
+    "pema_vocab": Method("pema.run:run", "pema", "pema.config:PemaVocabConfig", options=("pema",)),
+    "pema_sizes": Method("pema.run:run", "pema", "pema.config:PemaSizesConfig", options=("pema",)),
+    "pema_bench": Method("pema.run:run", "pema", "pema.config:PemaBenchConfig", options=("pema",)),
     "intrinsic_dim": Method("intrinsic_dim.run:run", "intrinsic_dim", "intrinsic_dim.config:IntrinsicDimConfig"),
     "intrinsic_dim_bench": Method("intrinsic_dim.bench:run", "intrinsic_dim",
                                   "intrinsic_dim.config:IntrinsicDimBenchConfig"),

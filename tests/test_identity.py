@@ -7,10 +7,11 @@ from hydra import initialize_config_dir
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from omegaconf import OmegaConf
+from omegaconf import OmegaConf, open_dict
 
 from experiments import registry
 from experiments.identity import artifact, override_key, published_path, run_name
+from experiments.run import check
 from tests.conftest import CONF
 
 EXPERIMENTS = sorted(str(p.relative_to(CONF / "experiment").with_suffix("")) for p in (CONF / "experiment").rglob("*.yaml"))
@@ -33,36 +34,41 @@ def test_artifact_strips_the_paper_prefix():
 
 
 def compose_experiment(exp: str, *overrides: str):
+    """(the job config, as the runner gets it, and its sweep params)."""
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-            return hydra_compose(config_name="config", overrides=[f"experiment={exp}", *overrides],
-                                 return_hydra_config=True)
+            cfg = hydra_compose(config_name="config", overrides=[f"experiment={exp}", *overrides],
+                                return_hydra_config=True)
     finally:
         GlobalHydra.instance().clear()
-
-
-def grid_jobs(cfg) -> list[list[str]]:
-    """The jobs of a -m sweep over the experiment's hydra.sweeper.params, as Hydra's basic sweeper expands them."""
     params = cfg.hydra.sweeper.params or {}
+    with open_dict(cfg):
+        del cfg["hydra"]
+    return cfg, params
+
+
+def grid_jobs(params) -> list[list[str]]:
+    """The jobs of a -m sweep over the experiment's hydra.sweeper.params, as Hydra's basic sweeper expands them."""
     parsed = OverridesParser.create().parse_overrides([f"{k}={v}" for k, v in params.items()])
     return list(itertools.chain.from_iterable(BasicSweeper.split_arguments(parsed, None))) or [[]]
 
 
-def test_every_experiment_grid_publishes_unique_paths():
+def test_every_experiment_grid_publishes_unique_paths_and_passes_the_runners_checks():
     """Each experiment is composed; each job of its grid is applied to it. A group choice sets <group>.name (equal to
     its file name: tested below) and a method choice is composed, as its defaults (variant) differ."""
     seen, n_jobs = {}, 0
     for exp in EXPERIMENTS:
-        base = compose_experiment(exp)
+        base, params = compose_experiment(exp)
         methods = {}
-        for job in grid_jobs(base):
+        for job in grid_jobs(params):
             choice = dict(o.split("=", 1) for o in job)
             if "method" in choice and choice["method"] not in methods:
-                methods[choice["method"]] = compose_experiment(exp, f"method={choice['method']}")
+                methods[choice["method"]] = compose_experiment(exp, f"method={choice['method']}")[0]
             cfg = methods.get(choice.get("method"), base)
             for k, v in choice.items():
                 OmegaConf.update(cfg, f"{k}.name" if k in GROUPS else k, v, force_add=True)
+            check(cfg, dirty=False)  # every job passes the runner's refusals (ranges, unknown keys, options)
             paper = cfg.paper or registry.paper_of(cfg.method.name)
             path = published_path("results", paper, cfg.exp_id, cfg.hardware.name, run_name(cfg.run_id, job))
             assert path not in seen, f"{exp} job {job} publishes {path}, as does {seen[path]}"
