@@ -1069,7 +1069,12 @@ def evaluate_claims(paper: str, runs: list[dict], results_dir: Path | None = Non
     for claim in registry.claims:
         claim_rows = []
         for key in sorted(scales):
-            outcomes = [o for o in (evaluate_comparison(claim, c, scales[key]) for c in claim.comparisons) if o.records]
+            try:
+                outcomes = [o for o in (evaluate_comparison(claim, c, scales[key]) for c in claim.comparisons)
+                            if o.records]
+            except ClaimsError as e:  # e.g. two records for one pair: say so in the row, keep the report going
+                claim_rows.append(Row(claim, f"{key[0]}, {key[1]}", "not testable here", str(e), [], []))
+                continue
             if not outcomes:
                 continue
             recs = list({id(r): r for o in outcomes for r in o.records}.values())

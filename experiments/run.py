@@ -114,6 +114,9 @@ def execute(cfg: DictConfig, output_dir: Path, overrides: list[str] | tuple[str,
     if done:
         log.info("skip %s: finished with the same config (hash %s); force=true reruns it", run_id, chash)
         if cfg.publish:
+            if done["provenance"].get("git_dirty") and not cfg.allow_dirty and not done["provenance"].get("allow_dirty"):
+                raise ConfigError(f"publish=true would publish {result_path}, written from a tree with uncommitted "
+                                  "changes: rerun it from a clean tree (force=true) or pass allow_dirty=true")
             write_json(published, done)
         return done
     record = {"schema_version": SCHEMA_VERSION, "run_id": run_id, "paper": paper, "exp_id": cfg.exp_id,

@@ -3,6 +3,7 @@ selector/pairing and validation errors, and the three real claims.yaml files aga
 from __future__ import annotations
 
 import itertools
+import re
 from pathlib import Path
 
 import numpy as np
@@ -253,11 +254,12 @@ def test_correlation_and_spread_kinds():
 
 # ---------------------------------------------------------------- selectors, pairing, scales
 
-def test_two_records_for_one_pair_key_is_an_error_naming_both():
+def test_two_records_for_one_pair_key_are_named_in_the_row_not_a_crash():
     runs = seeds([0.01]) + [rec("new", 0, 0.7)]
     runs[-1]["run_id"] = "dup-run"
-    with pytest.raises(C.ClaimsError, match=r"claim 'c'.*selector a matches two records.*dup-run.*add a selector"):
-        rows(runs, claim(AT_LEAST_M1))
+    (row,) = rows(runs, claim(AT_LEAST_M1))
+    assert row.verdict == "not testable here"
+    assert re.search(r"claim 'c'.*selector a matches two records.*dup-run.*add a selector", row.reason)
 
 
 def test_selectors_match_lists_globs_operators_and_null():

@@ -240,3 +240,12 @@ def test_a_hub_name_fails_fast_offline_and_names_the_switch(tmp_path):
     rec = json.loads((tmp_path / "run" / "result.json").read_text())
     assert rec["status"] == "failed" and "HF_HUB_OFFLINE=0 HF_DATASETS_OFFLINE=0" in rec["error"]
     assert "model=bert-base-uncased" in rec["error"] and rec["provenance"]["wall_s"] < 10
+
+
+def test_a_finished_dirty_record_is_not_published_by_a_later_skip(smoke_cfg, tmp_path, monkeypatch):
+    monkeypatch.setattr("experiments.run.git_dirty", lambda: True)
+    execute(smoke_cfg(), tmp_path / "run")  # not published: allowed from a dirty tree
+    monkeypatch.setattr(registry, "resolve", lambda name: pytest.fail("a finished run must not run again"))
+    with pytest.raises(ValueError, match="uncommitted changes.*allow_dirty=true"):
+        execute(smoke_cfg("publish=true"), tmp_path / "run")
+    assert not (tmp_path / "results").exists()
