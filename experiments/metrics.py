@@ -63,6 +63,7 @@ HIGHER_IS_BETTER: dict[str, bool] = {
 # Every other recorded key, by pattern over the whole key (first match wins). None = declared to have no better side:
 # counts, sizes, settings echoed into the record, intrinsic dimensions, agreement checks whose target is 1.
 KEY_DIRECTIONS: tuple[tuple[re.Pattern, bool | None], ...] = tuple((re.compile(p), d) for p, d in (
+    (r"/majority_", None),               # what always answering the majority class scores: a baseline
     (r"^speedup/", True),
     (r"hit_rate$", True),
     (r"tokens_per_s$", True),

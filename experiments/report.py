@@ -76,7 +76,8 @@ def groups(runs: list[dict]) -> dict[tuple, list[dict]]:
 
 
 def _shown(key: str) -> bool:
-    return key.startswith(SHOWN) and (higher_is_better(key) is not None or not declared(key))
+    """Scores with a direction, the majority-class baseline beside them, and undeclared keys (marked '?')."""
+    return key.startswith(SHOWN) and (higher_is_better(key) is not None or not declared(key) or "/majority_" in key)
 
 
 def _cell(v) -> str:

@@ -35,7 +35,7 @@ def fmt(x, digits: int = 2, sign: bool = False, thousands: bool = False) -> str:
 
 def scale(key: str) -> float:
     """100 for a metric recorded as a fraction (eval/accuracy), 1 for the rest."""
-    return 100.0 if key.rsplit("/", 1)[-1] in PERCENT else 1.0
+    return 100.0 if key.rsplit("/", 1)[-1].removeprefix("majority_") in PERCENT else 1.0
 
 
 def label(name: str, stand_in_for: str | None) -> str:

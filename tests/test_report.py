@@ -174,8 +174,10 @@ def test_every_committed_metric_key_declares_its_direction():
     assert sorted(k for k in keys if not declared(k)) == []
     # measurements that are better one way say which: times, speedups, memory, bytes, task scores
     scored = [k for k in keys if re.match(r"(time|speedup|mem|cost|fidelity)/|.*bytes", k) or
-              (k.startswith("eval/") and "auc_" not in k)]
+              (k.startswith("eval/") and "auc_" not in k and "/majority_" not in k)]
     assert scored and [k for k in scored if k != "mem/measured_over_analytic" and higher_is_better(k) is None] == []
+    # the majority-class baselines are declared, with no better side
+    assert all(higher_is_better(k) is None for k in keys if "/majority_" in k)
 
 
 def test_committed_reports_link_only_files_that_exist():
