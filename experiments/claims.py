@@ -368,7 +368,9 @@ def _match_value(have: Any, want: Any) -> bool:
 
 
 def select(runs: list[dict], selector: dict) -> list[dict]:
-    return [r for r in runs if matches(r, selector)]
+    """The records a selector names, one per computation (deduplicated after selecting, so a selector on exp_id finds
+    its experiment's copy of a run that another experiment also published)."""
+    return dedupe([r for r in runs if matches(r, selector)])
 
 
 def metric_name(record: dict, metric: str | None) -> str:
@@ -1061,7 +1063,7 @@ def evaluate_claims(paper: str, runs: list[dict], results_dir: Path | None = Non
     """One row per (claim, scale) from `runs` (a paper's records, e.g. experiments.results.load_runs)."""
     registry = registry or load_claims(paper)
     results_dir = Path(results_dir) if results_dir is not None else REPO / "results"
-    ok = dedupe([r for r in runs if r.get("status", "ok") == "ok"])
+    ok = [r for r in runs if r.get("status", "ok") == "ok"]
     scales: dict[tuple, list[dict]] = {}
     for r in ok:
         scales.setdefault(scale_key(r), []).append(r)
