@@ -1,5 +1,4 @@
 """Every config composes and validates; bad input fails naming the problem."""
-from pathlib import Path
 
 import pytest
 from hydra.errors import ConfigCompositionException, OverrideParseException

@@ -232,7 +232,6 @@ def test_a_hub_name_fails_fast_offline_and_names_the_switch(tmp_path):
     """Outside make (no HF_*_OFFLINE in the environment) a hub model used to retry the network for 30-50 s."""
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")}
     env["HF_HOME"] = str(tmp_path / "hf")  # an empty local cache: the model can only come from the hub
-    t0 = time.time()
     proc = subprocess.run([sys.executable, "-m", "experiments.run", "model=bert-base-uncased", "task=rt-polarity",
                            "on_error=record", f"hydra.run.dir={tmp_path / 'run'}"], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=300)
