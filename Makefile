@@ -8,8 +8,6 @@ RUN     := $(PY) -m experiments.run
 STAMP   := $(VENV)/.strata-installed
 CACHE   := $(or $(STRATA_CACHE),$(HOME)/.cache/strata)
 HARDWARE ?= gpu
-EXPS     = $(basename $(notdir $(wildcard conf/experiment/$(1)/*_cpu.yaml)))
-GPU_EXPS = $(basename $(notdir $(filter-out %_cpu.yaml %/smoke.yaml,$(wildcard conf/experiment/$(1)/*.yaml))))
 # implemented so far; each paper issue adds its package here
 PAPERS  := finetune recycling pema intrinsic_dim
 export HF_HUB_OFFLINE ?= 1
@@ -51,16 +49,19 @@ smoke: setup ## every implemented method on a tiny random model and the fixtures
 	for p in $(PAPERS); do $(RUN) -m experiment=$$p/smoke || exit 1; done
 
 reproduce: assets ## the default (CPU) tier of every implemented paper, then results/REPORT.md
-	@for p in $(PAPERS); do $(MAKE) --no-print-directory $$p-cpu || exit 1; done
+	@i=0; for p in $(PAPERS); do i=$$((i+1)); \
+	  echo "== reproduce $$i/$(words $(PAPERS)): $$p-cpu  (elapsed $$((SECONDS / 60)) min)"; \
+	  $(MAKE) --no-print-directory $$p-cpu || exit 1; done; \
+	echo "== reproduce: $(words $(PAPERS)) CPU tiers in $$((SECONDS / 60)) min $$((SECONDS % 60)) s"
 	@$(PY) -m experiments.report
 	@echo "Report: $(CURDIR)/results/REPORT.md"
 
 $(addsuffix -cpu,$(PAPERS)): %-cpu: assets ## <paper>-cpu: that paper's CPU tier (its *_cpu experiments), then its tables
-	@for e in $(call EXPS,$*); do echo "== $*/$$e"; $(RUN) -m experiment=$*/$$e || exit 1; done
+	$(PY) -m scripts.tier $* --hardware cpu
 	$(PY) -m experiments.report $*
 
 $(PAPERS): %: assets ## <paper>: the paper-scale tier (GPU, hub models and data: HF_HUB_OFFLINE=0 make <paper>)
-	@for e in $(call GPU_EXPS,$*); do echo "== $*/$$e"; $(RUN) -m experiment=$*/$$e hardware=$(HARDWARE) || exit 1; done
+	$(PY) -m scripts.tier $* --hardware $(HARDWARE)
 	$(PY) -m experiments.report $*
 
 tables: setup ## rebuild every table, figure and results/REPORT.md from the committed run files (no compute)

@@ -42,3 +42,8 @@ def test_help_lists_every_target_with_real_values():
                    "recycling-cpu", "pema-cpu", "intrinsic_dim-cpu", "finetune-cpu"):
         assert f"\n  {target} " in out, target
     assert "table1_cpu" in out  # the experiments each CPU tier runs
+
+
+def test_tiers_go_through_scripts_tier_with_the_hardware(fake_venv):
+    out = make("-n", "pema-cpu", "recycling", "HARDWARE=gpu", f"VENV={fake_venv}").stdout
+    assert "-m scripts.tier pema --hardware cpu" in out and "-m scripts.tier recycling --hardware gpu" in out
