@@ -60,7 +60,7 @@ $(addsuffix -cpu,$(PAPERS)): %-cpu: assets ## <paper>-cpu: that paper's CPU tier
 	$(PY) -m scripts.tier $* --hardware cpu
 	$(PY) -m experiments.report $*
 
-$(PAPERS): %: assets ## <paper>: the paper-scale tier (GPU, hub models and data: HF_HUB_OFFLINE=0 make <paper>)
+$(PAPERS): %: assets ## <paper>: GPU tier: packaged models at full data (offline_*); HF_HUB_OFFLINE=0 adds the paper-scale hub runs
 	$(PY) -m scripts.tier $* --hardware $(HARDWARE)
 	$(PY) -m experiments.report $*
 

@@ -1,7 +1,8 @@
 """Run one paper's tier, experiment after experiment, with a progress line per experiment and a timing summary.
 
     python -m scripts.tier recycling                  # CPU tier: conf/experiment/recycling/*_cpu.yaml
-    python -m scripts.tier recycling --hardware gpu   # paper scale: every other experiment file (smoke excluded)
+    python -m scripts.tier recycling --hardware gpu   # GPU tier: offline_* files (packaged models, full data);
+    HF_HUB_OFFLINE=0 python -m scripts.tier recycling --hardware gpu   # + the paper-scale files (hub ids)
 
 Each experiment is `python -m experiments.run -m experiment=<paper>/<name>` (finished runs skip, so a killed tier
 resumes where it stopped). The wall time of each experiment and of the tier goes to
@@ -20,8 +21,9 @@ from typing import Callable, Sequence
 REPO = Path(__file__).resolve().parents[1]
 
 
-def experiments(paper: str, hardware: str, conf: Path = REPO / "conf" / "experiment") -> list[str]:
-    """The tier's experiment files in run order (sorted names): `*_cpu` on CPU, the others (smoke aside) otherwise."""
+def experiments(paper: str, hardware: str, conf: Path = REPO / "conf" / "experiment", hub: bool = True) -> list[str]:
+    """The tier's experiment files in run order (sorted names): `*_cpu` on CPU, the others (smoke aside) otherwise;
+    without the hub (`hub=False`) only the `offline_*` ones, which need nothing but the packaged assets."""
     folder = conf / paper
     if not folder.is_dir():
         known = sorted(p.name for p in conf.iterdir() if p.is_dir())
@@ -29,7 +31,7 @@ def experiments(paper: str, hardware: str, conf: Path = REPO / "conf" / "experim
                          f"{', '.join(known)}")
     names = sorted(p.stem for p in folder.glob("*.yaml"))
     cpu = hardware == "cpu"
-    return [n for n in names if n.endswith("_cpu") == cpu and n != "smoke"]
+    return [n for n in names if n.endswith("_cpu") == cpu and n != "smoke" and (hub or cpu or n.startswith("offline"))]
 
 
 def clock(seconds: float) -> str:
@@ -83,7 +85,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("paper")
     ap.add_argument("--hardware", default="cpu", help="cpu (the *_cpu experiments) or a hardware config (gpu)")
     args = ap.parse_args(argv)
-    names = experiments(args.paper, args.hardware)
+    hub = os.environ.get("HF_HUB_OFFLINE", "1") == "0"
+    names = experiments(args.paper, args.hardware, hub=hub)
+    if args.hardware != "cpu" and not hub:
+        skipped = sorted(set(experiments(args.paper, args.hardware)) - set(names))
+        print(f"scripts.tier: offline (HF_HUB_OFFLINE != 0): the packaged-model experiments only; skipped "
+              f"{', '.join(skipped) or 'none'} (hub models and data: HF_HUB_OFFLINE=0 HF_DATASETS_OFFLINE=0)")
     if not names:
         raise SystemExit(f"scripts.tier: paper {args.paper!r} has no {args.hardware} experiments")
 

@@ -19,6 +19,8 @@ def conf(tmp_path):
 def test_cpu_tier_runs_the_cpu_files_sorted_and_gpu_the_rest_without_smoke(conf):
     assert tier.experiments("recycling", "cpu", conf) == ["cost_cpu", "depth_cpu", "table1_cpu"]
     assert tier.experiments("recycling", "gpu", conf) == ["offline_gpu", "table1"]
+    assert tier.experiments("recycling", "gpu", conf, hub=False) == ["offline_gpu"]  # packaged models only
+    assert tier.experiments("recycling", "cpu", conf, hub=False) == ["cost_cpu", "depth_cpu", "table1_cpu"]
 
 
 def test_unknown_paper_names_the_known_ones(conf):
