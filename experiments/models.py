@@ -56,6 +56,7 @@ def load_tokenizer(model: DictConfig) -> PreTrainedTokenizerFast:
     tok = AutoTokenizer.from_pretrained(weights_path(model))
     if tok.pad_token is None:  # causal LMs ship without one; padding is masked anyway
         tok.pad_token = tok.eos_token
+    tok.padding_side = "right"  # pool("last") and the store read mask.sum() - 1; Gemma's tokenizer ships "left"
     return tok
 
 

