@@ -36,6 +36,7 @@ METHODS: dict[str, Method] = {
     "pema_vocab": Method("pema.run:run", "pema", "pema.config:PemaVocabConfig", options=("pema",)),
     "pema_sizes": Method("pema.run:run", "pema", "pema.config:PemaSizesConfig", options=("pema",)),
     "pema_bench": Method("pema.run:run", "pema", "pema.config:PemaBenchConfig", options=("pema",)),
+    "pema_scores": Method("pema.scores:run", "pema", "pema.config:PemaScoresConfig", options=("pema",)),
     "intrinsic_dim": Method("intrinsic_dim.run:run", "intrinsic_dim", "intrinsic_dim.config:IntrinsicDimConfig"),
     "intrinsic_dim_bench": Method("intrinsic_dim.bench:run", "intrinsic_dim",
                                   "intrinsic_dim.config:IntrinsicDimBenchConfig"),

@@ -12,5 +12,6 @@ full matrix (kept on disk) afterwards, so the fine-tuned model is the one full f
 Modules: `vocab` (token counts, V', usage statistics, reductions), `partial` (E' in place of E, id map, checkpoint
 hooks, merge-back, PEFT and tied embeddings), `sizes` (|V|, N_emb, N from architecture configs, no weights),
 `memory` (bytes of weights/grads/AdamW state, measured peak memory), `hook` (the `pema.enabled` option of
-fine-tuning), `run` (the analysis methods), `report` (the paper's tables).
+fine-tuning), `scores` (both arms in one process and the largest |Δ logit|, |Δ weight| between them), `run` (the
+analysis methods), `report` (the paper's tables).
 """

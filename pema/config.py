@@ -24,6 +24,7 @@ class PemaVocabConfig(MethodConfig):
     union: str = ""  # ours: '+'-joined names of further conf/task configs whose splits join the corpus (offline analogue of Table 4)
     num_labels: Optional[int] = None  # classification-head size counted in N; None = the task's label count (2 if it has none)
     zero_examples: int = 12  # ours: Table-1-style zero-count tokens listed in the run record (longest first)
+    tokenizer_of: Optional[str] = None  # ours: count V' with this offline model's tokenizer (conf/model/<name>), which must have the model's vocabulary; for a hub model whose architecture (|V|, d, N) is in its from_config
     cache: bool = True  # ours: keep per-split counts in $STRATA_CACHE/pema/counts (keyed by tokenizer, data, tokenization)
 
 
@@ -47,3 +48,15 @@ class PemaBenchConfig(MethodConfig):
     prepare_repeats: int = 5  # ours: repeats of the PEMA preparation (count + map + reduce), median reported
     memory_steps: int = 2  # ours: optimizer steps per arm in the memory measurement (AdamW state exists after step 1)
     memory_rounds: int = 3  # ours: rounds of (full, PEMA) memory measurements; the median of the paired differences is reported
+
+
+@dataclass
+class PemaScoresConfig(MethodConfig):
+    """method=pema_scores: fine-tuning without and with PEMA in one process from one built model, one batch order and
+    one RNG state (Table 10 [P App. E]); records both arms' scores and the largest |Δ logit| and |Δ weight| between
+    them (ours). Reads the `pema:` option's settings (splits, keep_special, tied, offload); `pema.enabled` plays no
+    part: the PEMA arm always has it."""
+    name: str = "pema_scores"
+    variant: str = "default"
+    deterministic: bool = False  # ours: torch.use_deterministic_algorithms (warn_only) and CUBLAS_WORKSPACE_CONFIG for the run (GPU; CPU kernels already are)
+    noise_floor: bool = False  # ours: train the full arm twice and record the same maxima between those two runs (pema/floor_*): what non-deterministic kernels (GPU) alone produce

@@ -9,11 +9,14 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
+import numpy as np
+
+from experiments.claims import BOOT_SEED, N_BOOT, percentile_ci, resample_weights, resampled_metric
 from experiments.paper_values import paper_values
 from experiments.tables import Table, delta, fmt, pyplot, run_label, save_figure, scale
 
 GLUE = ("cola", "mnli", "mrpc", "qnli", "qqp", "rte", "sst2", "stsb", "wnli")
-GENERIC_TABLES = ("pema/scores*",)  # every eval/ metric of the fine-tuning runs, with and without PEMA
+GENERIC_TABLES = ("pema/scores*",)  # every eval/ metric of the pema_scores runs (both arms)
 
 
 def _f(x, digits=1) -> str:
@@ -302,14 +305,33 @@ def runtime(runs, out):
     return t.write(out)
 
 
-def _scores(runs):
-    rs = _by(runs, "pema/scores", "finetune")
-    groups: dict[tuple, dict[bool, dict[int, dict]]] = {}
-    for r in rs:
+def _scores(runs) -> dict[tuple, dict[int, dict]]:
+    """method=pema_scores records (both arms in each) by (experiment, model, task), then seed."""
+    groups: dict[tuple, dict[int, dict]] = {}
+    for r in _by(runs, "pema/scores", "pema_scores"):
         c = r["config"]
-        groups.setdefault((r["exp_id"], c["model"]["name"], c["task"]["name"]), {}).setdefault(
-            bool(c["pema"]["enabled"]), {})[c["seed"]] = r
+        groups.setdefault((r["exp_id"], c["model"]["name"], c["task"]["name"]), {})[c["seed"]] = r
     return groups
+
+
+def arm_intervals(recs: list[dict], key: str, n_boot: int = N_BOOT) -> dict[str, tuple[float, float]] | None:
+    """95% percentile intervals of the seed-mean of `key` for each arm (eval_full = without, eval = with PEMA),
+    resampling the eval examples (the same draws for both arms and every seed: one eval set). None when a record
+    kept no per-example scores it can be recomputed from."""
+    pes = [(r.get("per_example") or {}) for r in recs]
+    if not all(pe.get("eval") and pe.get("eval_full") for pe in pes):
+        return None
+    n = len(next(iter(pes[0]["eval"].values())))
+    out = {}
+    for arm in ("eval_full", "eval"):
+        reps = []
+        for w in resample_weights(np.random.default_rng(BOOT_SEED), n, n_boot):
+            per_seed = [resampled_metric(key, pe[arm], w) for pe in pes]
+            if any(x is None for x in per_seed):
+                return None
+            reps.append(np.mean(per_seed, axis=0))
+        out[arm] = percentile_ci(np.concatenate(reps) * scale(key))
+    return out
 
 
 def table9(runs, out):
@@ -322,10 +344,8 @@ def table9(runs, out):
                "paper row", "n", "device"])
     via = set()
     sd = lambda xs: statistics.stdev(xs) if len(xs) > 1 else 0.0  # noqa: E731
-    for (exp, mod, task), arms in sorted(groups.items()):
-        pema = list(arms.get(True, {}).values())
-        if not pema:
-            continue
+    for (exp, mod, task), by_seed in sorted(groups.items()):
+        pema = list(by_seed.values())
         t.runs += pema
         prep = [r["metrics"]["time/pema_prepare_s"] for r in pema]
         train = [r["metrics"]["time/train_s"] for r in pema]
@@ -349,17 +369,16 @@ def table10(runs, out):
     if not groups:
         return []
     pv = paper_values("pema")
-    t = Table("table10_scores", "Table 10 style: scores without and with PEMA",
-              ["model", "task", "metric", "without (mean)", "with PEMA (mean)", "identical per seed",
-               "per seed (without / with)", "paper metric", "paper without", "paper with", "paper row"])
+    t = Table("table10_scores", "Table 10 style: scores without and with PEMA (both arms in one run per seed)",
+              ["model", "task", "metric", "seeds", "without [95% CI]", "with PEMA [95% CI]", "majority class",
+               "max abs Δ logit", "max abs Δ weight", "identical scores per seed", "per seed (without / with)",
+               "paper metric", "paper without", "paper with", "paper row"])
     via, mismatch = set(), []
-    for (exp, mod, task), arms in sorted(groups.items()):
-        base, pema = arms.get(False, {}), arms.get(True, {})
-        seeds = sorted(set(base) & set(pema))
-        if not seeds:
-            continue
-        r0 = base[seeds[0]]
-        t.runs += [base[s] for s in seeds] + [pema[s] for s in seeds]
+    for (exp, mod, task), by_seed in sorted(groups.items()):
+        seeds = sorted(by_seed)
+        recs = [by_seed[s] for s in seeds]
+        r0 = recs[0]
+        t.runs += recs
         pb, pp = (pv.find_for(r0, arm, None) for arm in ("without", "with"))  # the paper's metric for the task
         via |= _via(pb, pp)
         paper_key = f"eval/{pb.cell.metric}" if pb else None
@@ -368,20 +387,33 @@ def table10(runs, out):
         if pb and key != paper_key:
             mismatch.append(f"{mod} on {task}: the paper scores {pb.cell.metric}, the run recorded no {paper_key}")
             pb = pp = None
+        full_key = key.replace("eval/", "eval_full/", 1)
         metric_keys = [k for k in r0["metrics"] if k.startswith("eval/")]
-        b = [base[s]["metrics"][key] * scale(key) for s in seeds]
-        p = [pema[s]["metrics"][key] * scale(key) for s in seeds]
-        diff = max(abs(base[s]["metrics"][k] - pema[s]["metrics"][k]) for s in seeds for k in metric_keys)
+        b = [r["metrics"][full_key] * scale(key) for r in recs]
+        p = [r["metrics"][key] * scale(key) for r in recs]
+        diff = max(abs(r["metrics"][k.replace("eval/", "eval_full/", 1)] - r["metrics"][k])
+                   for r in recs for k in metric_keys)
+        ci = arm_intervals(recs, key)
+        shown = {arm: f"{statistics.mean(v):.2f}" + (f" [{ci[arm][0]:.2f}, {ci[arm][1]:.2f}]" if ci else "")
+                 for arm, v in (("eval_full", b), ("eval", p))}
+        maj = r0["metrics"].get(key.replace("eval/", "eval/majority_", 1))
         per_seed = "; ".join(f"s{s}: {x:.2f} / {y:.2f}" for s, x, y in zip(seeds, b, p))
-        t.add(mod, run_label(r0, "task"), key, f"{statistics.mean(b):.2f}", f"{statistics.mean(p):.2f}",
+        dl = max(r["metrics"]["pema/max_abs_dlogit"] for r in recs)
+        dw = max(r["metrics"]["pema/max_abs_dweight"] for r in recs)
+        t.add(mod, run_label(r0, "task"), key, len(seeds), shown["eval_full"], shown["eval"],
+              "—" if maj is None else f"{maj * scale(key):.2f}", f"{dl:.3g}", f"{dw:.3g}",
               "yes" if diff == 0 else f"no (max Δ {diff:.2g})", per_seed, pb.cell.metric if pb else "—", _f(_v(pb)),
               _f(_v(pp)), pb.row if pb else "—")
     paper_gap = max(abs(c.value - pv.get(c.model, c.task, "with", c.metric).value)
                     for c in pv.select(column="without", where="Table 10"))
-    t.notes = ["Same seed, data order and dropout masks in both arms, weight decay 0 (spec §5.5); 'identical' compares "
-               "every eval/ metric of each seed exactly. The paper columns hold the paper's row for the run's own model "
-               "(5 seeds, V100; Matthews corr. for CoLA, F1 for QQP, Spearman for STS-B, accuracy otherwise), scored by "
-               "the same metric as ours; a model the paper did not run has none. For orientation, the paper's own "
+    t.notes = ["Each seed is one `method=pema_scores` run: the model is built once and both arms start from it, with "
+               "one batch order and one RNG state (the same dropout masks); weight decay 0 (spec §5.5). Max abs Δ logit: "
+               "over every eval example and class, the arms at their restored best weights; max abs Δ weight: over every "
+               "parameter, PEMA's merged input embedding included (largest over seeds). Means over seeds; the interval "
+               "resamples the eval examples (2000 resamples, the same draws for both arms). 'identical' compares every "
+               "eval/ metric of each seed exactly. The paper columns hold the paper's row for the run's own model "
+               "(5 seeds, V100; Matthews corr. for CoLA, F1 for QQP, Spearman for STS-B, accuracy otherwise), scored "
+               "by the same metric as ours; a model the paper did not run has none. For orientation, the paper's own "
                f"rows differ between the arms by at most {paper_gap:.1f} points.",
                *_via_note(via),
                *([f"Not compared: {'; '.join(mismatch)}."] if mismatch else [])]

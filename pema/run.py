@@ -60,16 +60,36 @@ def model_architecture(model: DictConfig):
 _COUNTS: dict[str, tuple[np.ndarray, int]] = {}  # one process (a -m sweep) tokenizes each corpus part once
 
 
+def _load_group(group: str, name: str, schema, key: str) -> DictConfig:
+    path = REPO / "conf" / group / f"{name}.yaml"
+    if not path.exists():
+        valid = sorted(p.stem for p in path.parent.glob("*.yaml"))
+        raise ValueError(f"{key} names {group} {name!r}, which has no conf/{group}/{name}.yaml; valid: {', '.join(valid)}")
+    node = OmegaConf.load(path)
+    node.pop("defaults", None)
+    return OmegaConf.merge(OmegaConf.structured(schema), node)
+
+
 def load_task(name: str) -> DictConfig:
     """conf/task/<name>.yaml as a typed TaskConfig (for `method.union`)."""
     from experiments.config import TaskConfig
-    path = REPO / "conf" / "task" / f"{name}.yaml"
-    if not path.exists():
-        valid = sorted(p.stem for p in path.parent.glob("*.yaml"))
-        raise ValueError(f"method.union names task {name!r}, which has no conf/task/{name}.yaml; valid: {', '.join(valid)}")
-    node = OmegaConf.load(path)
-    node.pop("defaults", None)
-    return OmegaConf.merge(OmegaConf.structured(TaskConfig), node)
+    return _load_group("task", name, TaskConfig, "method.union")
+
+
+def vocab_tokenizer(cfg: DictConfig, rows: int):
+    """The tokenizer V' is counted with: the model's own, or (method.tokenizer_of) an offline model's tokenizer of
+    the same vocabulary, for a model whose own tokenizer would come from the hub (its |V|, d and N still come from
+    its architecture config). Refused when the two vocabularies differ in size."""
+    name = cfg.method.tokenizer_of
+    if not name:
+        return load_tokenizer(cfg.model)
+    from experiments.config import ModelConfig
+    tok = load_tokenizer(_load_group("model", name, ModelConfig, "method.tokenizer_of"))
+    if len(tok) != rows:
+        raise ValueError(f"method.tokenizer_of={name}: its tokenizer has {len(tok)} tokens but {cfg.model.name} has "
+                         f"{rows} embedding rows, so they are not one vocabulary; name a model with {cfg.model.name}'s "
+                         "tokenizer, or leave method.tokenizer_of empty")
+    return tok
 
 
 def raw_ids(ds, tok, task: DictConfig, special_tokens: bool) -> list[list[int]]:
@@ -129,10 +149,10 @@ def split_counts(tok, rows: int, task: DictConfig, data: DictConfig, hub_name, s
 def vocab_run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
     m = cfg.method
     t0 = time.perf_counter()
-    tok = load_tokenizer(cfg.model)
     arch = model_architecture(cfg.model)
     n_labels = m.num_labels or len(cfg.task.label_names) or 2
     sz = sizes(arch, n_labels)
+    tok = vocab_tokenizer(cfg, sz.rows)
     hub_names = [c for c in m.hub_configs.split("+") if c] or [None]
     tasks = [cfg.task] + [load_task(t) for t in m.union.split("+") if t and t != cfg.task.name]
     examples, cached = {}, []
@@ -157,7 +177,8 @@ def vocab_run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
     longest = sorted(zero.tolist(), key=lambda i: (-len(tok.convert_ids_to_tokens(i)), i))[:m.zero_examples]
     ctx.n_samples.update(examples=sum(examples.values()), max_length=D.max_length(cfg.task, cfg.data))
     ctx.extra.update(
-        corpus=examples, counts_from_cache=cached, tokenizer_key=tok_key, tokenizer=cfg.model.hf_id or cfg.model.name,
+        corpus=examples, counts_from_cache=cached, tokenizer_key=tok_key,
+        tokenizer=f"{m.tokenizer_of}'s (same vocabulary)" if m.tokenizer_of else cfg.model.hf_id or cfg.model.name,
         tokenizer_size=len(tok),
         truncation=m.truncation, special_tokens=m.special_tokens, splits=list(cfg.pema.splits),
         kept_ids=keep, zero_count_examples=[{"id": i, "token": tok.convert_ids_to_tokens(i)} for i in longest])

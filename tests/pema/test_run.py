@@ -117,8 +117,8 @@ def test_bench_run_records_memory_and_timing(smoke_cfg, tmp_path):
 def test_report_builds_the_tables_from_records(smoke_cfg, tmp_path):
     runs = []
     for i, over in enumerate([("method=pema_sizes",), ("method=pema_vocab",),
-                              ("method=finetune", "train.weight_decay=0", "method.variant=a"),
-                              ("method=finetune", "train.weight_decay=0", "method.variant=b", "pema.enabled=true")]):
+                              ("method=pema_scores", "train.weight_decay=0", "seed=0"),
+                              ("method=pema_scores", "train.weight_decay=0", "seed=1")]):
         rec = execute(smoke_cfg(*over), tmp_path / f"r{i}")
         runs.append(json.loads(json.dumps(rec, default=str)))
     runs[0]["exp_id"], runs[1]["exp_id"] = "pema/table5_cpu", "pema/table2_cpu"
@@ -128,4 +128,40 @@ def test_report_builds_the_tables_from_records(smoke_cfg, tmp_path):
     assert "could not be built" not in text
     for name in ("table5_6_sizes", "table2_cpu", "table9_runtime", "table10_scores"):
         assert (tmp_path / "out" / "tables" / f"{name}.md").exists() and (tmp_path / "out" / "tables" / f"{name}.csv").exists()
-    assert "| yes |" in (tmp_path / "out" / "tables" / "table10_scores.md").read_text()
+    row = next(x for x in (tmp_path / "out" / "tables" / "table10_scores.md").read_text().splitlines()
+               if x.startswith("| tiny-bert"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[3] == "2" and cells[7:10] == ["0", "0", "yes"]  # 2 seeds, max |Δ logit|, max |Δ weight|, identical
+    without, with_pema = cells[4], cells[5]
+    assert without == with_pema and "[" in without  # one score, one interval, for both arms
+
+
+def test_arm_intervals_resample_examples_and_bracket_the_mean():
+    pe = {"pred": [1, 1, 0, 0, 1, 0, 1, 1], "label": [1, 0, 0, 0, 1, 1, 1, 1]}  # 6 of 8 right
+    rec = {"per_example": {"eval": pe, "eval_full": {**pe, "pred": [1] * 8}}}  # always 1: 6 of 8 right too
+    ci = report.arm_intervals([rec], "eval/accuracy", n_boot=400)
+    assert ci["eval"][0] < 75.0 < ci["eval"][1] and ci["eval_full"][0] < 75.0 < ci["eval_full"][1]
+    assert report.arm_intervals([{"per_example": {"eval": pe}}], "eval/accuracy") is None  # no full arm kept
+
+
+@pytest.mark.assets
+def test_minilm_l6_tokenizer_has_bert_base_uncased_ids():
+    """table3_cpu counts bert-base-uncased's V' with minilm-l6's tokenizer (method.tokenizer_of): the ids of
+    bert-base-uncased's vocab.txt, lower-casing, 30,522 tokens."""
+    from experiments.models import load_tokenizer
+    tok = load_tokenizer(model_cfg("minilm-l6"))
+    assert len(tok) == 30522 == model_cfg("bert-base-uncased").from_config["vocab_size"]
+    assert tok.convert_tokens_to_ids(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", ",", ".", "hello", "world"]) \
+        == [0, 100, 101, 102, 103, 1996, 1010, 1012, 7592, 2088]
+    assert tok("Hello world!")["input_ids"] == [101, 7592, 2088, 999, 102]
+
+
+def test_tokenizer_of_counts_with_another_models_tokenizer_of_the_same_size(smoke_cfg, tmp_path):
+    own = execute(smoke_cfg("method=pema_vocab"), tmp_path / "own")["metrics"]
+    other = execute(smoke_cfg("method=pema_vocab", "method.tokenizer_of=tiny-llama"), tmp_path / "other")
+    assert other["status"] == "ok", other.get("error")
+    assert other["metrics"]["vocab/used"] == own["vocab/used"]  # the same byte tokenizer: the same V'
+    assert other["extra"]["tokenizer"] == "tiny-llama's (same vocabulary)"
+    bad = execute(smoke_cfg("method=pema_vocab", "model=bert-base-uncased", "method.tokenizer_of=tiny-bert",
+                            "on_error=record"), tmp_path / "bad")
+    assert bad["status"] == "failed" and "method.tokenizer_of=tiny-bert: its tokenizer has 260 tokens" in bad["error"]
