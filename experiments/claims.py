@@ -10,6 +10,7 @@ config (`a`, and `b` or `expected` constants), pairs them on `pair_by`, and test
       units: points              # optional: fractions (accuracy, F1) x 100, so thresholds read in points
       a: {method.variant: reduced, method.k: null}       # selectors: value, list (any of), glob, {gt|ge|lt|le|not: v}
       b: {method.variant: full}                          # or a list of selectors (one comparison each)
+      #   `select: best_dev` in an arm keeps only the records at each group's lr chosen on dev (experiments/selection.py)
       pair_by: [model.name, task.name, seed]             # `seed` is the replicate; the rest form groups
       test: {kind: difference, at_least: -1.0}
 
@@ -18,7 +19,8 @@ place of b: a number or {by: <config field>, values: {...}}), per (divide by ano
 mean / max of an array-valued statistic, e.g. a per-layer curve), label. Test kinds: difference | ratio (at_least /
 at_most), equal_within (tolerance around target), direction (sign + or -), exact (deterministic quantities: every
 pair within tolerance of target), correlation (Pearson r of two per-record arrays x, y pooled over the a records)
-and spread (max - min over `across` within each group).
+and spread (max - min over `across` within each group). A registry's top-level `baselines_from: [finetune]` adds
+those papers' records to its own (a Full baseline computed once, read by every paper that compares with it).
 
 Uncertainty: the estimate is the mean over groups of the mean over seeds. Each group is bootstrapped over its seeds
 when it has >= 2, else over its evaluated examples when both arms carry per-example scores of the same eval set
@@ -49,7 +51,8 @@ import numpy as np
 import yaml
 
 from experiments import metrics as M
-from experiments.results import legacy_reason
+from experiments import selection
+from experiments.results import legacy_reason, load_runs
 
 log = logging.getLogger(__name__)
 REPO = Path(__file__).resolve().parent.parent
@@ -150,6 +153,7 @@ class Registry:
     path: Path
     claims: tuple[Claim, ...]
     stand_ins: dict = field(default_factory=dict)
+    baselines_from: tuple[str, ...] = ()  # other papers whose records an arm may take (finetune: the Full baseline)
 
 
 def claims_path(paper: str) -> Path:
@@ -175,9 +179,12 @@ def parse_claims(doc: Any, path: Path | str = "<claims>") -> Registry:
 
     if not isinstance(doc, dict) or not isinstance(doc.get("claims"), list):
         fail("top level", "expected a mapping with `paper: <name>` and `claims: [...]`")
-    unknown = set(doc) - {"paper", "claims", "stand_ins"}
+    unknown = set(doc) - {"paper", "claims", "stand_ins", "baselines_from"}
     if unknown:
-        fail("top level", f"unknown key(s) {sorted(unknown)}; valid: paper, claims, stand_ins")
+        fail("top level", f"unknown key(s) {sorted(unknown)}; valid: paper, claims, stand_ins, baselines_from")
+    baselines = doc.get("baselines_from") or []
+    if not isinstance(baselines, list) or not all(isinstance(b, str) for b in baselines):
+        fail("top level", "key 'baselines_from' must list papers whose records the claims may read (e.g. [finetune])")
     if not isinstance(doc.get("paper"), str):
         fail("top level", "key 'paper' must name the paper package (e.g. paper: recycling)")
     stand_ins = doc.get("stand_ins") or {}
@@ -193,7 +200,8 @@ def parse_claims(doc: Any, path: Path | str = "<claims>") -> Registry:
         if claims[-1].id in seen:
             fail(where, f"key 'id': duplicate id {cid!r}; ids must be unique within a paper")
         seen.add(claims[-1].id)
-    return Registry(paper=doc["paper"], path=Path(path), claims=tuple(claims), stand_ins=dict(stand_ins))
+    return Registry(paper=doc["paper"], path=Path(path), claims=tuple(claims), stand_ins=dict(stand_ins),
+                    baselines_from=tuple(baselines))
 
 
 def _parse_claim(raw: dict, fail) -> Claim:
@@ -311,6 +319,8 @@ def _selectors(v: Any, fail) -> list[dict]:
     for s in items:
         if not isinstance(s, dict) or not s:
             fail(f"{s!r} must be a non-empty mapping of config field -> value, e.g. {{method.variant: reduced}}")
+        if "select" in s and s["select"] not in selection.SELECTIONS:
+            fail(f"select: {s['select']!r} is not a selection; valid: {', '.join(selection.SELECTIONS)}")
         for key, want in s.items():
             if isinstance(want, dict) and (len(want) != 1 or next(iter(want)) not in (*_OPS, "not")):
                 fail(f"{key}: {want!r}: an operator selector has one key among {', '.join([*_OPS, 'not'])}")
@@ -343,6 +353,8 @@ def field_of(record: dict, path: str) -> Any:
 
 def matches(record: dict, selector: dict) -> bool:
     for path, want in selector.items():
+        if path == "select":  # not a config field: how to choose among the matching records (`select`)
+            continue
         have = field_of(record, path)
         have = None if have is _MISSING else have
         if not _match_value(have, want):
@@ -369,8 +381,13 @@ def _match_value(have: Any, want: Any) -> bool:
 
 def select(runs: list[dict], selector: dict) -> list[dict]:
     """The records a selector names, one per computation (deduplicated after selecting, so a selector on exp_id finds
-    its experiment's copy of a run that another experiment also published)."""
-    return dedupe([r for r in runs if matches(r, selector)])
+    its experiment's copy of a run that another experiment also published); with `select: best_dev`, only those at
+    each group's lr chosen on dev."""
+    chosen = selection.dedupe([r for r in runs if matches(r, selector)])
+    try:
+        return selection.apply(selector.get("select"), chosen)
+    except selection.SelectionError as e:
+        raise ClaimsError(str(e)) from e
 
 
 def metric_name(record: dict, metric: str | None) -> str:
@@ -428,23 +445,6 @@ def value_of(record: dict, comp: Comparison, metric: str | None) -> tuple[Any, s
             return None, key
         v = v / float(d)
     return v * _multiplier(comp, key), key
-
-
-def dedupe(runs: list[dict]) -> list[dict]:
-    """One record per computation: the same config hash published by two experiments counts once (the newest)."""
-    by_hash: dict[str, dict] = {}
-    rest = []
-    for r in runs:
-        h = r.get("config_hash")
-        if h is None:
-            rest.append(r)
-            continue
-        old = by_hash.get(h)
-        def created(x):
-            return x.get("provenance", {}).get("created_at", "")
-        if old is None or created(r) > created(old):
-            by_hash[h] = r
-    return [*by_hash.values(), *rest]
 
 
 # ---------------------------------------------------------------- is an arm doing its task?
@@ -809,12 +809,14 @@ def _unfit(out: Outcome) -> Outcome:
 
 def _example_reps(comp: Comparison, ra: dict, rb: dict | None, rng) -> tuple[np.ndarray, int, str] | None:
     """Bootstrap replicates of the pair statistic over examples, or None when the records cannot support one."""
-    if comp.per or comp.reduce or (comp.b_metric and comp.b_metric != comp.metric and comp.b is None):
+    if comp.per or (comp.b_metric and comp.b_metric != comp.metric and comp.b is None):
         return None
     key = metric_name(ra, comp.metric)
     reps = _replicate_reps(comp, key, ra, rb)
     if reps is not None:
         return (*reps, "replicates")
+    if comp.reduce:
+        return None
     pa = _per_example(ra)
     if pa is None:
         return None
@@ -853,8 +855,10 @@ def _replicate_reps(comp: Comparison, key: str, ra: dict, rb: dict | None) -> tu
     """A method that cannot keep per-example scores (an ID estimate over all prompts) may keep bootstrap
     replicates of a metric in record["extra"]["replicates"][<metric key>], drawn with a fixed seed over its eval
     items; two arms over the same items are paired replicate by replicate."""
-    if comp.per or comp.reduce:
+    if comp.per:
         return None
+    if comp.reduce:
+        return _reduced_replicate_reps(comp, key, ra, rb)
     a = _replicates(ra, key)
     if a is None:
         return None
@@ -868,6 +872,32 @@ def _replicate_reps(comp: Comparison, key: str, ra: dict, rb: dict | None) -> tu
     if b is None or len(b) != len(a) or ra["config"].get("data") != rb["config"].get("data"):
         return None
     return (a / b if comp.statistic == "ratio" else (a - b) * mult), len(a)
+
+
+def _reduced_replicate_reps(comp: Comparison, key: str, ra: dict, rb: dict | None) -> tuple[np.ndarray, int] | None:
+    """Replicates of an array-valued metric (e.g. extra.curves.twonn: one curve per replicate, kept under that key
+    in record["extra"]["replicates"]): the pair statistic reduced (min / mean / max) replicate by replicate."""
+    def curves(r):
+        reps = ((r.get("extra") or {}).get("replicates") or {}).get(key) if r is not None else None
+        arr = np.asarray(reps, dtype=float) if isinstance(reps, list) else None
+        return arr if arr is not None and arr.ndim == 2 and len(arr) >= 2 else None
+    a = curves(ra)
+    if a is None:
+        return None
+    mult = _multiplier(comp, key)
+    if comp.statistic == "value" or comp.expected is not None:
+        e = None if comp.statistic == "value" else _expected(comp, ra)
+        b = None if comp.statistic == "value" else np.full_like(a, np.nan if e is None else e)
+    else:
+        b = curves(rb)
+        if b is None or b.shape != a.shape or ra["config"].get("data") != rb["config"].get("data"):
+            return None
+    out = []
+    for i in range(len(a)):
+        s = _stat(comp, a[i] * mult, None if b is None else b[i] * mult)
+        if s is not None:
+            out.append(s)
+    return (np.asarray(out), len(a)) if len(out) >= 2 else None
 
 
 def _describe_n(groups: int, n_seeds: list[int], n_examples: list[int], how: set[str]) -> str:
@@ -1176,13 +1206,19 @@ def claims_table(rows: list[Row], link_root: Path) -> list[str]:
     return out
 
 
+def baseline_runs(paper: str, results_dir: Path) -> list[dict]:
+    """The records of the papers a registry's `baselines_from` names (a Full baseline computed once, read by every
+    paper whose arm selects it)."""
+    return [r for p in load_claims(paper).baselines_from for r in load_runs(Path(results_dir), p)]
+
+
 def claims_section(paper: str, runs: list[dict], results_dir: Path | None = None,
                    link_root: Path | None = None) -> list[str]:
     """Markdown lines: counts per verdict, then one table row per (claim, scale). Links are relative to
     `link_root` (default results_dir, where REPORT.md lives)."""
     results_dir = Path(results_dir) if results_dir is not None else REPO / "results"
     link_root = Path(link_root) if link_root is not None else results_dir
-    rows = evaluate_claims(paper, runs, results_dir)
+    rows = evaluate_claims(paper, runs + baseline_runs(paper, results_dir), results_dir)
     registry_link = Path(os.path.relpath(claims_path(paper), link_root)).as_posix()
     return [f"### {paper}: claims", "",
             *claims_table(rows, link_root), "",
@@ -1195,7 +1231,6 @@ def claims_section(paper: str, runs: list[dict], results_dir: Path | None = None
 def main(argv: list[str] | None = None) -> None:
     import argparse
 
-    from experiments.results import load_runs
     p = argparse.ArgumentParser(description="Print each paper's claims table from its run records.")
     p.add_argument("papers", nargs="*", default=["recycling", "pema", "intrinsic_dim"])
     p.add_argument("--results-dir", default=str(REPO / "results"))

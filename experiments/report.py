@@ -16,6 +16,7 @@ import importlib.util
 import json
 from pathlib import Path
 
+from experiments import selection
 from experiments.metrics import declared, higher_is_better
 from experiments.paper_values import PaperValues, paper_values
 from experiments.identity import published_path
@@ -163,6 +164,11 @@ def generic_experiments(paper: str, exp_ids: list[str]) -> list[str]:
     return [e for e in exp_ids if any(fnmatch.fnmatchcase(e, p) for p in patterns)]
 
 
+def _group_name(records: list[dict]) -> str:
+    c = records[0]["config"]
+    return f"{c['task']['name']} {c['model']['name']} {c['method']['name']}-{c['method'].get('variant')}"
+
+
 def _clean(out: Path) -> None:
     """tables/ and figures/ hold generated files only: drop the previous build, so a table whose runs are gone (or
     a figure no longer drawn) does not linger."""
@@ -191,8 +197,10 @@ def report(paper: str, results_dir: Path) -> list[str]:
         lines += ["## Per-experiment tables", "", "Every metric of each experiment, one row per group of runs that "
                   "share their whole config but the seed.", ""]
     for exp_id in generic:
-        rs = [r for r in runs if r["exp_id"] == exp_id]
+        # an lr sweep with dev scores is shown at each group's dev-chosen lr (experiments/selection.py)
+        rs, lr_note = selection.for_table([r for r in runs if r["exp_id"] == exp_id], _group_name)
         table = generic_table(rs, exp_id, pv)
+        table.notes += lr_note
         fig = generic_figure(table, rs, out)
         section = table.write(out)  # [heading, "", links to the .md and .csv, "", table, notes...]
         section[2] += f" · {len(rs)} runs" + (f" · figure: {figure_link(fig)}" if fig else "")

@@ -105,14 +105,18 @@ def caps(runs: list[dict]) -> list[str]:
         n, c = r.get("n_samples", {}), r["config"]
         parts = []
         if n.get("train_examples") is not None or n.get("eval_examples") is not None:
-            parts.append(f"{_dash(n.get('train_examples'))} train / {_dash(n.get('eval_examples'))} eval examples")
+            dev = f"{n['dev_examples']} dev (from train) / " if n.get("dev_examples") is not None else ""
+            parts.append(f"{_dash(n.get('train_examples'))} train / {dev}{_dash(n.get('eval_examples'))} eval examples")
         if n.get("max_length") is not None:
             parts.append(f"max length {n['max_length']}")
         tr = c.get("train", {})
         if tr.get("max_steps") and tr["max_steps"] > 0:
             parts.append(f"max_steps {tr['max_steps']}")
         elif tr.get("epochs") is not None:
-            parts.append(f"{tr['epochs']:g} epochs")
+            parts.append(f"{'at most ' if tr.get('patience') else ''}{tr['epochs']:g} epochs")
+        if tr.get("patience"):  # early stopping: say how a plateau is seen
+            every = f"every {tr['eval_every']} steps" if tr.get("eval_every") else "every epoch"
+            parts.append(f"early stopping after {tr['patience']} dev evaluations without improvement ({every})")
         seen.add((c["task"]["name"], ", ".join(parts), r["provenance"].get("device")))
     return ["Caps and devices:\n" + "\n".join(f"- {t}: {p}; device: {d}" for t, p, d in sorted(seen, key=str))] \
         if seen else []

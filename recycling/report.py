@@ -10,18 +10,26 @@
 
 Paper numbers come from paper_values.yaml by (model, task, column, metric): a paper-scale run finds its own row or
 none; minilm-l6 and the offline tasks reach a row only through the twins declared there, and say so.
+
+Full is computed once: `method=finetune` trains every weight exactly as `variant=full`, so the Full rows come from the
+finetune tier's records (results/finetune/runs) wherever they were trained like our variants (same model, task, dev
+split, caps and schedule: experiments.selection.same_training); a variant=full record of our own, where one exists,
+is used as well. Every variant is shown at the lr its dev split chose (experiments/selection.py), named under the
+tables.
 """
 from __future__ import annotations
 
 from pathlib import Path
 from statistics import mean
 
+from experiments import selection
 from experiments.paper_values import paper_values
+from experiments.results import load_runs
 from experiments.tables import Table, caps, delta, fmt, label, pyplot, save_figure, scale, summary
 
 # experiments that also get the generic per-experiment table (every eval/ metric, not only the objective)
 GENERIC_TABLES = ("recycling/table1*", "recycling/table2*", "recycling/table3*", "recycling/depth*",
-                  "recycling/accuracy_offline*")
+                  "recycling/offline_gpu*")
 FAMILIES = ("cls-avg", "ner-avg", "qa-avg")
 
 
@@ -30,18 +38,51 @@ def _score(r: dict) -> tuple[str, float]:
     return key, r["metrics"][key] * scale(key)
 
 
+def _variant(r: dict) -> str:
+    m = r["config"]["method"]
+    return "full" if m["name"] == "finetune" else m["variant"]
+
+
 def _accuracy_groups(runs: list[dict]) -> dict[tuple, list[dict]]:
     """(task, task stand-in, model, model stand-in, hardware, variant, k, objective) -> the runs over seeds."""
     groups: dict[tuple, list[dict]] = {}
     for r in runs:
         c = r["config"]
-        if c["method"]["name"] != "recycling":
-            continue
         g = (c["task"]["name"], c["task"].get("stand_in_for"), c["model"]["name"], c["model"].get("stand_in_for"),
-             r["provenance"]["hardware"], c["method"]["variant"], int(r["metrics"]["recycling/k"]),
+             r["provenance"]["hardware"], _variant(r), int(r["metrics"].get("recycling/k", 0)),
              c["task"]["objective"])
         groups.setdefault(g, []).append(r)
     return groups
+
+
+def _trainable_pct(r: dict) -> float:
+    m = r["metrics"]  # a finetune record trains everything and records the counts only
+    return m["params/trainable_pct"] if "params/trainable_pct" in m else 100.0 * m["params/trainable"] / m["params/total"]
+
+
+def full_baseline(runs: list[dict], finetune: list[dict]) -> list[dict]:
+    """The finetune tier's Full records trained like one of our accuracy runs (same model, task, dev split, caps,
+    schedule, hardware), at any lr: they are our Full arm."""
+    ours = [r for r in runs if r["config"]["method"]["name"] == "recycling"]
+    return [f for f in finetune if f["config"]["method"]["name"] == "finetune"
+            and f["config"]["method"].get("variant") == "full" and any(selection.same_training(f, r) for r in ours)]
+
+
+def _selected(runs: list[dict], out: Path) -> tuple[list[dict], list[str]]:
+    """Our accuracy records plus the matching finetune Full records, each group at its dev-chosen lr; and the note
+    naming the lr chosen per variant."""
+    acc = [r for r in runs if r["config"]["method"]["name"] == "recycling"]
+    acc += full_baseline(acc, load_runs(Path(out).parent, "finetune"))
+    choices = selection.choose(acc, require_dev=False)
+
+    def name(rs):
+        c, k = rs[0]["config"], rs[0]["metrics"].get("recycling/k")
+        return f"{c['task']['name']} {_variant(rs[0])}" + (f" k={int(k)}" if k is not None else "")
+    notes = selection.lr_notes(choices, name)
+    if any(r["config"]["method"]["name"] == "finetune" for c in choices for r in c.records):
+        notes.append("Full: the finetune tier's records (results/finetune/runs, method=finetune, which trains every "
+                     "weight as variant=full does), trained with the same model, task, dev split and caps.")
+    return [r for c in choices for r in c.records], notes
 
 
 class _Paper:
@@ -67,6 +108,7 @@ def _via_note(via: set[str]) -> list[str]:
 
 def accuracy_tables(runs: list[dict], out: Path) -> list[str]:
     pv = paper_values("recycling")
+    runs, lr_note = _selected(runs, out)
     groups = _accuracy_groups(runs)
     used = [r for rs in groups.values() for r in rs]
     half = {}  # (task, model, hw) -> the k of reduced-type runs
@@ -114,7 +156,7 @@ def accuracy_tables(runs: list[dict], out: Path) -> list[str]:
             s = scores(v, None if v == "full" else (main_k if v == "half_adapters" else None))
             if not s.n:
                 continue
-            pct = [r["metrics"]["params/trainable_pct"] for r in runs_of(v)]
+            pct = [_trainable_pct(r) for r in runs_of(v)]
             p = paper(v, "score")
             pval = None if p is None else p.value
             t2.add(**base, variant=v, ours=s, **{
@@ -139,7 +181,7 @@ def accuracy_tables(runs: list[dict], out: Path) -> list[str]:
             depth_runs += runs_of("full")
         via |= paper.via
     depth.runs = depth_runs
-    cap = caps(used)
+    cap = [*caps(used), *lr_note]
     t1.notes = [*_via_note(via), *cap]
     t2.notes = [*_via_note(via), "trainable % = trainable parameters / the full model's parameters.",
                 *_adapter_gaps(pv, t2), *cap]

@@ -31,7 +31,9 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
     if "adapters" in m.variant and m.adapter_lr is not None:
         cfg = OmegaConf.merge(cfg, {"train": {"lr": m.adapter_lr}})
     hw, pad = cfg.hardware, tok.pad_token_id
-    extra = {"recycling/k": k, "recycling/layers_reduced_pct": 100.0 * k / len(blocks(model.encoder))}
+    # train/lr: the lr this variant trained at (method.adapter_lr or train.lr): what an lr selection compares
+    extra = {"recycling/k": k, "recycling/layers_reduced_pct": 100.0 * k / len(blocks(model.encoder)),
+             "train/lr": float(cfg.train.lr)}
     if lower is None:
         batches, n_batches = D.train_batches(train, hw.batch_size, pad, cfg.seed, cfg.train.group_by_length)
         metrics = fit_and_score(cfg, ctx, trained, raw, evals, batches, n_batches, pad, dev=dev)

@@ -235,6 +235,23 @@ def test_replicates_kept_by_a_method_give_the_interval():
     assert row.verdict == "holds" and o.ci[0] >= 1.0 and o.ci[1] <= 2.5  # paired replicate differences: 1..2.5
 
 
+def test_curve_replicates_decide_a_reduced_comparison():
+    """Replicates of a per-layer curve (intrinsic_dim's extra.curves.twonn): min over layers of a - b per replicate."""
+    curve_a, curve_b = [np.nan, 5.0, 6.0, 7.0], [np.nan, 4.0, 4.5, 6.5]
+    reps_a = [[np.nan, 5.0 + d, 6.0, 7.0 + d] for d in (-0.1, 0.0, 0.1, 0.2)]
+    reps_b = [[np.nan, 4.0, 4.5 + d, 6.5] for d in (-0.1, 0.0, 0.1, 0.2)]
+    a = rec("new", 0, extra={"curves": {"twonn": curve_a}, "replicates": {"extra.curves.twonn": reps_a}})
+    b = rec("base", 0, extra={"curves": {"twonn": curve_b}, "replicates": {"extra.curves.twonn": reps_b}})
+    c = claim({"kind": "direction", "sign": "+"}, needs_signal=False, metric="extra.curves.twonn", units=None,
+              reduce="min")
+    (row,) = rows([a, b], c)
+    o = row.outcomes[0]
+    assert o.estimate == pytest.approx(0.5) and "replicates" in o.n  # layer 3: 7.0 - 6.5
+    assert row.verdict == "holds" and 0.3 <= o.ci[0] and o.ci[1] <= 0.7 + 1e-9
+    (row,) = rows([dict(a, extra={"curves": {"twonn": curve_a}}), b], c)  # no replicates: no interval
+    assert row.verdict == "inconclusive"
+
+
 def test_correlation_and_spread_kinds():
     xs = [np.linspace(1, 10, 8) + i for i in range(3)]
     runs = [rec(f"v{i}", task=f"t{i}", extra={"curves": {"x": x.tolist(), "y": (2 * x + 1).tolist()}},
@@ -411,3 +428,51 @@ def test_a_run_published_by_two_experiments_is_found_by_either_experiments_selec
     later["config"] = {**a["config"], "exp_id": "p/other"}
     assert C.select([a, later, b], {"method.variant": "sft", "exp_id": "p/art"}) == [a]
     assert C.select([a, later], {"method.variant": "sft"}) == [later]  # one per computation, the newest
+
+
+# ---------------------------------------------------------------- lr selection on dev and a baseline from another paper
+
+def _lr(r: dict, lr: float, dev: float) -> dict:
+    r["config"]["train"] = {"lr": lr}
+    r["metrics"]["dev/accuracy"] = dev
+    return r
+
+
+def test_select_best_dev_compares_the_arms_at_their_dev_chosen_lr():
+    runs = []
+    for s in range(3):
+        # new: at lr 1e-3 the eval score is much better, but dev picks 1e-4; base: dev picks 3e-4
+        runs += [_lr(rec("new", s, 0.80 + 0.001 * s), 1e-4, 0.9), _lr(rec("new", s, 0.99), 1e-3, 0.5),
+                 _lr(rec("base", s, 0.79), 1e-4, 0.6), _lr(rec("base", s, 0.70 + 0.001 * s), 3e-4, 0.7)]
+    c = claim(AT_LEAST_M1, a={"method.variant": "new", "select": "best_dev"},
+              b={"method.variant": "base", "select": "best_dev"})
+    (row,) = rows(runs, c)
+    assert row.outcomes[0].estimate == pytest.approx(10.0)  # 80.x - 70.x points, not 99 - anything
+    assert {r["config"]["train"]["lr"] for r in row.outcomes[0].records} == {1e-4, 3e-4}
+
+
+def test_select_best_dev_without_a_dev_metric_says_so_in_the_row():
+    runs = [rec("new", 0), rec("base", 0)]
+    for r in runs:
+        r["config"]["train"] = {"lr": 1e-4}
+    (row,) = rows(runs, claim(AT_LEAST_M1, a={"method.variant": "new", "select": "best_dev"}))
+    assert row.verdict == "not testable here" and "dev/accuracy" in row.reason and "dev_from_train" in row.reason
+
+
+def test_unknown_selection_is_refused_naming_the_key():
+    with pytest.raises(C.ClaimsError, match="select.*best_eval.*best_dev"):
+        registry(claim(AT_LEAST_M1, a={"method.variant": "new", "select": "best_eval"}))
+
+
+def test_baselines_from_reads_the_other_papers_records(tmp_path, monkeypatch):
+    from experiments.results import write_json
+    base = rec("full", 0, 0.7)
+    base["config"]["method"]["name"] = "finetune"
+    write_json(tmp_path / "finetune" / "runs" / "default_cpu" / "cpu" / "a.json", base)
+    reg = C.parse_claims({"paper": "p", "baselines_from": ["finetune"], "claims": [
+        claim({"kind": "direction", "sign": "+"}, b={"method.name": "finetune"})]}, "p/claims.yaml")
+    assert reg.baselines_from == ("finetune",)
+    monkeypatch.setattr(C, "load_claims", lambda paper: reg)
+    assert C.baseline_runs("p", tmp_path)[0]["config"]["method"]["name"] == "finetune"
+    with pytest.raises(C.ClaimsError, match="baselines_from"):
+        C.parse_claims({"paper": "p", "baselines_from": "finetune", "claims": []}, "p/claims.yaml")

@@ -88,7 +88,7 @@ def test_malformed_override_fails_to_parse():
 
 
 def test_cpu_budget_applies_only_on_cpu_and_yields_to_the_command_line():
-    assert compose("task=rt-polarity").data.limit_train == 2000
+    assert compose("task=rt-polarity").data.limit_train == 1000
     assert compose("task=rt-polarity", "hardware=gpu").data.limit_train is None
     assert compose("task=rt-polarity", "data.limit_train=7").data.limit_train == 7
     assert compose("task=sst2").data.limit_train is None  # hub tasks have no CPU budget file

@@ -19,7 +19,7 @@ def test_dev_split_selects_the_checkpoint_and_eval_never_does(smoke_cfg, tmp_pat
 
 
 def test_without_dev_the_eval_split_selects_as_before(smoke_cfg, tmp_path):
-    rec = execute(smoke_cfg(), tmp_path / "run")
+    rec = execute(smoke_cfg("task.dev_from_train=null"), tmp_path / "run")  # the CPU budget files set one
     assert not any(k.startswith("dev/") for k in rec["metrics"]) and "dev_examples" not in rec["n_samples"]
 
 
@@ -29,3 +29,10 @@ def test_a_method_that_ignores_the_dev_split_is_stopped(smoke_cfg, tmp_path):
     tok, model, raw, train, evals = finetune.prepare(cfg)
     with pytest.raises(ValueError, match="encode_dev"):
         finetune.fit_and_score(cfg, None, model, raw, evals, None, 0, tok.pad_token_id)
+
+
+def test_cpu_budgets_carve_a_dev_split_from_train_for_every_offline_task():
+    from tests.conftest import compose
+    for task in ("rt-polarity", "vitaminc", "wnut16", "squad-dev"):
+        cfg = compose(f"task={task}")
+        assert 0 < cfg.task.dev_from_train < 0.2 and cfg.train.patience >= 0 and cfg.data.limit_train

@@ -93,3 +93,15 @@ def test_save_figure_writes_the_plotted_numbers_beside_the_png(tmp_path):
     rel = save_figure(fig, tmp_path, "fig", [{"x": 1, "y": 3.0}, {"x": 2, "y": 4.5, "series": "a"}])
     assert rel == "figures/fig.png" and (tmp_path / rel).stat().st_size > 1000
     assert (tmp_path / "figures" / "fig.csv").read_text() == "x,y,series\n1,3,\n2,4.5,a\n"
+
+
+def test_caps_state_the_dev_split_and_the_early_stopping():
+    from experiments.tables import caps
+    run = {"n_samples": {"train_examples": 1000, "dev_examples": 347, "eval_examples": 1244, "max_length": 64},
+           "config": {"task": {"name": "rt-polarity"}, "train": {"epochs": 4.0, "patience": 2, "eval_every": 32}},
+           "provenance": {"device": "cpu"}}
+    (text,) = caps([run])
+    assert "1000 train / 347 dev (from train) / 1244 eval examples" in text
+    assert "at most 4 epochs" in text and "after 2 dev evaluations without improvement (every 32 steps)" in text
+    run["config"]["train"] = {"epochs": 2.0, "patience": 0}
+    assert "at most" not in caps([run])[0] and "early stopping" not in caps([run])[0]

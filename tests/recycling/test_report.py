@@ -78,3 +78,29 @@ def test_tables_are_built_from_run_files(smoke_cfg, tmp_path):
     assert (results / "recycling" / "figures" / "speedup_vs_depth.csv").exists()
     readme = (results / "recycling" / "README.md").read_text()
     assert "Table 5" in readme and "## Per-experiment tables" not in readme  # recycling/t is not a generic table
+
+
+def test_full_comes_from_the_finetune_tier_when_trained_alike_at_the_dev_chosen_lr(tmp_path):
+    from experiments.results import write_json
+
+    def lr_rec(method, variant, lr, dev, score, limit=1000):
+        r = _rec("minilm-l6", "rt-polarity", variant, score, stand_in="sst2")
+        c = r["config"]
+        c["method"]["name"] = method
+        c["train"], c["data"], c["hardware"] = {"epochs": 4.0, "lr": lr}, {"limit_train": limit}, {"name": "gpu"}
+        r["metrics"].update({"dev/accuracy": dev, "train/lr": lr})
+        if method == "finetune":
+            del r["metrics"]["recycling/k"], r["metrics"]["params/trainable_pct"], r["metrics"]["train/lr"]
+            r["metrics"].update({"params/trainable": 10, "params/total": 10})
+        return r
+    for i, r in enumerate([lr_rec("finetune", "full", 1e-4, 0.80, 0.78), lr_rec("finetune", "full", 2e-4, 0.85, 0.70),
+                           lr_rec("finetune", "full", 2e-4, 0.99, 0.99, limit=50)]):  # other caps: not our Full
+        write_json(tmp_path / "finetune" / "runs" / "default_cpu" / "gpu" / f"{i}.json", r)
+    ours = [lr_rec("recycling", "reduced", 1e-4, 0.70, 0.74), lr_rec("recycling", "reduced", 2e-4, 0.75, 0.72)]
+    text = "\n".join(accuracy_tables(ours, tmp_path / "recycling"))
+    t1 = {r["variant"]: r for r in _rows(tmp_path / "recycling", "table1_standard")}
+    # dev picks 2e-4 for both: Full 70.0 (not 78 at 1e-4, not 99 from other caps), Rdc 72.0
+    assert t1["full"]["ours mean"] == "70" and t1["reduced"]["ours mean"] == "72"
+    assert t1["reduced"]["ours − full"] == "+2.00"
+    assert "rt-polarity full: lr 2e-04" in text and "rt-polarity reduced k=3: lr 2e-04" in text
+    assert "finetune tier's records" in text

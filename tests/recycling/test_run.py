@@ -26,7 +26,7 @@ def test_every_variant_runs_and_reports_its_trainable_share(task, smoke_cfg, tmp
 
 
 def test_a_shuffled_second_epoch_reads_only_from_the_cache(smoke_cfg, tmp_path):
-    rec = run(smoke_cfg, tmp_path, "train.max_steps=-1", "train.epochs=2", "method.variant=reduced")
+    rec = run(smoke_cfg, tmp_path, "train.max_steps=-1", "train.epochs=2", "train.patience=0", "method.variant=reduced")
     epochs = rec["extra"]["cache_epochs"]
     assert [e["epoch"] for e in epochs] == [1, 2]
     assert epochs[1]["hits"] == epochs[1]["examples"] == rec["n_samples"]["train_features"]
