@@ -1041,13 +1041,24 @@ class Row:
 
 
 def _combine(outcomes: list[Outcome]) -> str:
-    """All comparisons must hold; one that does not hold decides; otherwise any open one keeps it open."""
-    verdicts = [o.verdict for o in outcomes]
+    """All comparisons must hold; one that does not hold decides; otherwise any open one keeps it open. A comparison
+    that cannot be tested here (an arm not doing its task) is left out when others were decided: the row then rests
+    on those, and `_partly` names what it leaves out."""
+    verdicts = [o.verdict for o in outcomes if o.verdict != "not testable here"] or ["not testable here"]
     if "does not hold" in verdicts:
         return "does not hold"
     if all(v == "holds" for v in verdicts):
         return "holds"
     return "inconclusive" if "inconclusive" in verdicts else "not testable here"
+
+
+def _partly(outcomes: list[Outcome]) -> str:
+    """The row's note when only some of its comparisons could be decided."""
+    left = [o.label or "a comparison" for o in outcomes if o.verdict == "not testable here"]
+    if not left or len(left) == len(outcomes):
+        return ""
+    return f"partly tested: decided on {len(outcomes) - len(left)} of {len(outcomes)} comparisons; not testable: " + \
+        ", ".join(left)
 
 
 def _scale_label(registry: Registry, key: tuple[str, str], records: list[dict]) -> str:
@@ -1110,7 +1121,8 @@ def evaluate_claims(paper: str, runs: list[dict], results_dir: Path | None = Non
             if not outcomes:
                 continue
             recs = list({id(r): r for o in outcomes for r in o.records}.values())
-            claim_rows.append(Row(claim, _scale_label(registry, key, recs), _combine(outcomes), "", outcomes,
+            claim_rows.append(Row(claim, _scale_label(registry, key, recs), _combine(outcomes), _partly(outcomes),
+                                  outcomes,
                                   _evidence(registry, claim, recs, results_dir),
                                   legacy=any(legacy_reason(r) for r in recs)))
         if not claim_rows:

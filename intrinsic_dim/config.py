@@ -22,11 +22,14 @@ class IntrinsicDimConfig(MethodConfig):
     # --- data (spec §2.2) ---
     n_train: int = 1000  # [P] the training pool: ICL demos and SFT data
     n_eval: int = 5000  # [P] validation prompts per setting (ID is computed over these N points)
+    dev: bool = False  # ours: measure n_eval train rows after the pool instead of the eval split (choose lr/epochs)
     split_seed: Optional[int] = None  # [C] shuffle seed of the split recipe; None = the task's own (prompts.RECIPES)
     demo_seed: int = 42  # [C] random.seed(42); random.sample(range(n_train), k) per validation item
     unique_pool: int = 100_000  # [C] unique-demo control: demos drawn without reuse from this many train items
     csqa_five_choices: bool = False  # ours: show option E in CommonsenseQA (the paper's template drops it, spec §5.4)
     max_prompt_tokens: int = 4096  # ours: a longer prompt is an error (never silently truncated)
+    label_space: bool = False  # ours: write and score each label with a leading space (" positive"), the token a
+    #   BPE/SentencePiece LM predicts after "\n"; [C] false: encode(label)[0] (offline tiers set true, README)
     # --- estimators (spec §1.5-1.7) ---
     discard_fraction: float = 0.1  # [C] TwoNN: drop the largest 10% of mu = r2/r1
     dedup: bool = True  # [S] drop exact duplicate states (r1 = 0) before estimating; counted in the record
@@ -35,6 +38,8 @@ class IntrinsicDimConfig(MethodConfig):
     auc_include_embedding: bool = False  # [C] the curve and AUC run over layers 1..L (embedding output dropped)
     bootstrap: int = 0  # ours: >0 = that many bootstrap replicates over points for a 95% CI of each layer's TwoNN
     bootstrap_seed: int = 0  # ours
+    auc_bootstrap: int = 0  # ours: >0 = that many replicates of the eval AUC (and curve) for the claims' CIs:
+    #   each prompt's mu = r2/r1 kept, prompts resampled (same indices in every arm: paired), TwoNN refitted
     id_device: str = "auto"  # ours: where the estimators run (auto = cuda when present)
     # --- extraction ---
     batch_size: int = 32  # ours: prompts per forward pass (length-sorted batches)
@@ -46,6 +51,8 @@ class IntrinsicDimConfig(MethodConfig):
     lora_targets: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])  # [P]
     sft_epochs: int = 4  # [P] §7 "Finetune 1K" = 4 epochs; §5 dynamics = 15
     sft_lr: float = 1e-4  # [P]
+    sft_loss: str = "full"  # [C] full = LM loss over the whole input\noutput text (trl.SFTTrainer); ours:
+    #   completion = loss on the label token(s) only (logits computed at those positions alone)
     sft_batch_size: int = 16  # [P]
     sft_warmup_ratio: float = 0.1  # [C] linear schedule, HF default AdamW (no weight decay)
     sft_max_length: int = 1024  # [C] max_seq_length

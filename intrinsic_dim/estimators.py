@@ -240,6 +240,57 @@ def twonn(X, discard_fraction: float = 0.1, dedup: bool = True, device=None) -> 
     return twonn_detail(X, discard_fraction, dedup, device).value
 
 
+def twonn_mu(X, dedup: bool = True, device=None) -> tuple[np.ndarray, int]:
+    """Per point mu = r2/r1 (N,), NaN for the dropped copies of a duplicate (dedup) or r1 floored at 1e-10 (the
+    official code), and the number of such points: what TwoNN fits, kept per point so prompts can be resampled."""
+    X = _as_tensor(X, device)
+    N = X.shape[0]
+    if N <= 2:
+        raise TooFewPoints(f"TwoNN needs at least 3 distinct points; got {N}")
+    dist, _ = nearest_neighbours(X, 2)
+    zero = dist[:, 0] == 0
+    mu = torch.full((N,), float("nan"), dtype=torch.float64, device=X.device)
+    if dedup and bool(zero.any()):
+        _, inverse = torch.unique(X, dim=0, return_inverse=True)
+        first = torch.full((int(inverse.max()) + 1,), N, dtype=torch.long, device=X.device)
+        first.scatter_reduce_(0, inverse, torch.arange(N, device=X.device), reduce="amin")
+        keep = first.sort().values  # the first copy of every distinct point, in order (as deduplicate)
+        if len(keep) <= 2:
+            raise TooFewPoints(f"TwoNN needs at least 3 distinct points; got {len(keep)}")
+        d, _ = nearest_neighbours(X[keep], 2)
+        mu[keep] = d[:, 1] / d[:, 0]
+        return mu.cpu().numpy(), N - len(keep)
+    r1 = dist[:, 0].clone()
+    r1[zero] = R1_FLOOR
+    mu[:] = dist[:, 1] / r1
+    return mu.cpu().numpy(), int(zero.sum())
+
+
+def twonn_fit(mu: np.ndarray, discard_fraction: float = 0.1) -> np.ndarray:
+    """The official fit (twonn_from_distances) of each row of mu (..., N); NaN entries (dropped duplicates) are not
+    points: a row's N is its number of finite values."""
+    mu = np.asarray(mu, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):  # mu = 0 (dedup=False triplicates): NaN, as the official
+        return _fit(mu, discard_fraction)
+
+
+def _fit(mu: np.ndarray, discard_fraction: float) -> np.ndarray:
+    x = np.log(np.sort(np.where(np.isnan(mu), np.inf, mu), axis=-1))  # dropped points sort last
+    n = np.isfinite(x).sum(-1, keepdims=True)
+    i = np.arange(1, mu.shape[-1] + 1)
+    keep = i <= np.floor(n * (1 - discard_fraction))
+    if not keep[..., 1].all():
+        raise ValueError(f"TwoNN keeps fewer than 2 points after discarding {discard_fraction:.0%}")
+    x = np.where(keep, x, 0.0)
+    y = np.where(keep, -np.log1p(-np.minimum(i / n, 1 - 1e-300)), 0.0)
+    return (x * y).sum(-1) / (x * x).sum(-1)
+
+
+def resample_indices(n: int, replicates: int, seed: int = 0) -> np.ndarray:
+    """(replicates, n) prompt indices drawn with replacement: the same for every arm with the same n (paired)."""
+    return np.random.default_rng(seed).integers(0, n, size=(replicates, n))
+
+
 def mle_detail(X, k: int = 50, dedup: bool = True, device=None) -> IDResult:
     """Levina-Bickel MLE: per point 1 / mean_{j<k} log(T_k / T_j) over its k nearest neighbours, averaged."""
     if k < 2:

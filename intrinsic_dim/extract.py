@@ -37,11 +37,24 @@ def head(lm: nn.Module) -> nn.Module:
     return base.get_output_embeddings()
 
 
-def label_token_ids(tokenizer, labels: Sequence[str]) -> list[int]:
-    """[C] tokenizer.encode(label, add_special_tokens=False)[0] per label (no leading space); distinct or an error."""
+def label_tokens(tokenizer, label: str, in_context: bool = False) -> list[int]:
+    """The tokens of `label`: [C] tokenizer.encode(label) alone, or (`in_context`) as they follow the prompt's final
+    "\n" (what the model is asked to predict: " positive" -> one token for BPE and SentencePiece alike)."""
+    if not in_context:
+        return tokenizer.encode(label, add_special_tokens=False)
+    prefix = tokenizer.encode("\n", add_special_tokens=False)
+    ids = tokenizer.encode("\n" + label, add_special_tokens=False)
+    if ids[:len(prefix)] != prefix:
+        raise ValueError(f"label {label!r} merges with the preceding newline under this tokenizer; "
+                         "set method.label_space=false")
+    return ids[len(prefix):]
+
+
+def label_token_ids(tokenizer, labels: Sequence[str], in_context: bool = False) -> list[int]:
+    """The first token of each label (see label_tokens); distinct or an error."""
     ids = []
     for lab in labels:
-        enc = tokenizer.encode(lab, add_special_tokens=False)
+        enc = label_tokens(tokenizer, lab, in_context)
         if not enc:
             raise ValueError(f"label {lab!r} encodes to no tokens")
         ids.append(enc[0])

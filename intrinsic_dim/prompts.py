@@ -108,6 +108,11 @@ def render(task: str, rows: Sequence[dict], **kwargs) -> list[tuple[str, str]]:
     return [fn(r, **kwargs) for r in rows]
 
 
+def with_label_space(items: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Each output with a leading space: "...Answer:\n positive", the token a BPE/SentencePiece LM predicts (ours)."""
+    return [(i, " " + o) for i, o in items]
+
+
 def combined(item: tuple[str, str]) -> str:
     return item[0] + "\n" + item[1]
 

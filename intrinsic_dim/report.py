@@ -3,7 +3,8 @@
 Tables (results/intrinsic_dim/tables/): Table 1 (accuracy per paradigm), the normalized-AUC table per (model,
 dataset, paradigm) the paper does not give, the Fig. 4 matrix, the SFT checkpoints. Figures (figures/, each with the
 plotted numbers as .csv): Fig. 1/29-36 triptychs (accuracy, ID curves, AUC per paradigm), Fig. 3/7-12 (against k),
-Fig. 2 and 13-28 (SFT checkpoints), the Fig. 4 heatmap, the Fig. 5 boxplot and the Fig. 46 scatter with Pearson r.
+Fig. 2 and 13-28 (SFT checkpoints), the Fig. 4 heatmap, the Fig. 5 boxplot, the Figs. 6/40-45 boxplots per model
+and the Fig. 46 scatter with Pearson r.
 """
 from __future__ import annotations
 
@@ -171,7 +172,9 @@ def headlines(runs: list[dict]) -> list[str]:
                      "of the claim here." if near else ""),
                   f"  (b) ICL k>=5 normalized AUC > SFT and zero-shot: **{'holds' if b else 'does not hold'}** "
                   f"({', '.join(f'{v} {x:.2f}' for v, x in big.items()) or 'no k>=5 run'}; "
-                  f"SFT {sft_auc:.2f}; icl-0 {_f(zero)})."]
+                  f"SFT {sft_auc:.2f}; icl-0 {_f(zero)})."
+                  + (" Not a test either, for the same reason." if near else "")
+                  + " Point estimates; the claims table (results/REPORT.md) gives the CIs and the per-arm guard."]
     if not lines:
         return []
     notes = [x for n in legacy_note(used, "these checks") for x in (n, "")]
@@ -339,6 +342,40 @@ def fig5(runs: list[dict], out: Path) -> str | None:
                                                       for v, xs in data.items() for a in xs], dpi=110)
 
 
+def fig6(runs: list[dict], out: Path) -> list[str]:
+    """Figs. 6 and 40-45: for each paradigm, the normalized AUC per model, one point per dataset (the paper: all
+    within a range of 20); one panel per paradigm, the spread per model in the table."""
+    groups = _groups(runs, ("icl_vs_sft", "offline"))
+    by_v: dict[str, dict[str, list[float]]] = {}
+    for (_, model, _), by in sorted(groups.items()):
+        for v, r in by.items():
+            by_v.setdefault(v, {}).setdefault(model, []).append(_auc(result(r), r))
+    vs = [v for v in TABLE1 if v in by_v]
+    if not vs:
+        return []
+    plt = pyplot()
+    fig, axes = plt.subplots(1, len(vs), figsize=(2.6 * len(vs), 3.2), squeeze=False)
+    data = []
+    t = Table("fig6_auc_per_model", "Figs. 6, 40-45: normalized AUC per model over datasets (range = max - min)",
+              ["paradigm", "model", "datasets", "min", "max", "range"],
+              runs=[r for by in groups.values() for r in by.values()])
+    for ax, v in zip(axes[0], vs):
+        models = sorted(by_v[v])
+        ax.boxplot([by_v[v][mo] for mo in models], tick_labels=models)
+        for i, mo in enumerate(models, 1):
+            xs = by_v[v][mo]
+            ax.scatter([i] * len(xs), xs, s=10, color="k", zorder=3)
+            data += [{"paradigm": _display(v), "model": mo, "normalized_auc": x} for x in xs]
+            t.add(_display(v), mo, len(xs), _f(min(xs)), _f(max(xs)), _f(max(xs) - min(xs)))
+        ax.set_title(_display(v), fontsize=8)
+        ax.tick_params(axis="x", labelrotation=30, labelsize=7)
+    axes[0][0].set_ylabel("normalized AUC")
+    fig.suptitle("Figs. 6, 40-45: AUC per model, one point per dataset", fontsize=9)
+    png = save_figure(fig, out, "fig6_auc_per_model", data, dpi=110)
+    t.notes = [f"Figure: {_link(png)}. The paper: for ICL-5 every model's AUCs fall within a range of 20 (L2030)."]
+    return t.write(out)
+
+
 def fig46(runs: list[dict], out: Path) -> list[str]:
     """MLE(k=50) vs TwoNN over every (paradigm, dataset, model, layer >= 1), with the Pearson r."""
     use = [r for r in runs if _family(r) == "mle_check"] or [r for r in runs if _family(r) == "icl_vs_sft"]
@@ -382,6 +419,7 @@ def build(runs: list[dict], out: Path) -> list[str]:
     f5 = fig5(runs, out)
     if f5:
         lines += ["### Fig. 5", "", f"Figure: {_link(f5)}", ""]
+    lines += fig6(runs, out)
     figs = triptych(runs, out) + vs_k(runs, out)
     sft_figs, sft_lines = sft_panels(runs, out)
     lines += sft_lines + fig46(runs, out)

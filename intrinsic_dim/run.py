@@ -29,6 +29,7 @@ from intrinsic_dim import extract as X
 from intrinsic_dim import prompts as P
 
 log = logging.getLogger("strata.intrinsic_dim")
+CURVE_REPLICATES = 200  # of the AUC replicates, those whose whole TwoNN curve a record keeps (31 floats each)
 VARIANT = re.compile(r"^(icl|icl_unique)-(\d+)$|^sft$")
 
 
@@ -57,12 +58,16 @@ def split_items(cfg: DictConfig, unique: bool) -> tuple[list[dict], list[dict], 
     source = cfg.data.source or task.source
     if source != "hub":  # offline assets and fixtures have train/eval splits of their own
         recipe = P.Recipe("train", "eval", recipe.seed)
+    # dev (choosing settings): train rows after the pool, and after the eval items where eval is carved from train
+    skip = m.n_eval if m.dev and recipe.eval == recipe.train else 0
+    if m.dev:
+        recipe = P.Recipe(recipe.train, recipe.train, recipe.seed)
     seed = recipe.seed if m.split_seed is None else m.split_seed
     train = load_rows(task, cfg.data, recipe.train)
     perm_t = np.random.default_rng(seed).permutation(len(train))
     if recipe.eval == recipe.train:
         evals, perm_e = train, perm_t
-        start = min(m.unique_pool, len(train) - m.n_eval) if unique else m.n_train
+        start = min(m.unique_pool, len(train) - m.n_eval) if unique else m.n_train + skip
         pool_end = start
     else:
         evals = load_rows(task, cfg.data, recipe.eval)
@@ -81,19 +86,23 @@ def split_items(cfg: DictConfig, unique: bool) -> tuple[list[dict], list[dict], 
 
 # ---- measurement ---------------------------------------------------------------------------------------------
 
-def estimate(states: np.ndarray, m: DictConfig) -> dict:
-    """Per-layer curves (TwoNN, MLE per k), duplicates, optional bootstrap CIs, and every AUC variant."""
+def estimate(states: np.ndarray, m: DictConfig, replicates: int = 0) -> dict:
+    """Per-layer curves (TwoNN, MLE per k), duplicates, optional bootstrap CIs, every AUC variant and, with
+    `replicates`, that many resampled-prompt replicates of the TwoNN curve and AUC (estimators.twonn_mu)."""
     device = None if m.id_device == "auto" else m.id_device
     curves: dict[str, list[float]] = {"twonn": []}
-    dups, boot = [], []
+    dups, boot, mus = [], [], []
     for S in states:
         try:
-            r = E.twonn_detail(S, m.discard_fraction, dedup=m.dedup, device=device)
+            mu, n_dup = E.twonn_mu(S, dedup=m.dedup, device=device)
+            value = float(E.twonn_fit(mu, m.discard_fraction))
         except E.TooFewPoints:  # the embedding output of a shared last token: one point, no dimension
-            r = E.IDResult(float("nan"), len(np.unique(S, axis=0)), len(S) - len(np.unique(S, axis=0)))
-        curves["twonn"].append(r.value)
-        dups.append(r.n_duplicates)
-        if m.bootstrap and not np.isnan(r.value):
+            mu, value = None, float("nan")
+            n_dup = len(S) - len(np.unique(S, axis=0))
+        curves["twonn"].append(value)
+        dups.append(n_dup)
+        mus.append(mu)
+        if m.bootstrap and not np.isnan(value):
             boot.append(E.bootstrap(S, E.twonn, n=m.bootstrap, seed=m.bootstrap_seed, device=device,
                                     discard_fraction=m.discard_fraction))
         elif m.bootstrap:
@@ -105,6 +114,12 @@ def estimate(states: np.ndarray, m: DictConfig) -> dict:
     out = {"curves": curves, "n_duplicates": dups, "auc": aucs}
     if boot:
         out["bootstrap_twonn_95"] = boot
+    if replicates:
+        idx = E.resample_indices(states.shape[1], replicates, m.bootstrap_seed)
+        reps = np.stack([np.full(replicates, np.nan) if mu is None else E.twonn_fit(mu[idx], m.discard_fraction)
+                         for mu in mus], axis=1)  # (replicates, L+1)
+        out["auc_replicates"] = [round(A.normalized_auc(c, m.auc_norm, m.auc_include_embedding), 6) for c in reps]
+        out["curve_replicates"] = np.round(reps[:CURVE_REPLICATES], 4).tolist()  # per-layer claims; kept small
     return out
 
 
@@ -116,7 +131,9 @@ def _or_nan(fn, *args, **kwargs) -> float:
 
 
 def measure(store, lm, tok, tok_key: str, model_key: str, prompts: list[str], gold: list[int], label_ids: list[int],
-            cfg: DictConfig, device: torch.device) -> dict:
+            cfg: DictConfig, device: torch.device, replicates: int = 0) -> dict:
+    """Accuracy, curves and AUCs of one prompt set; "pred" (per prompt) and, with `replicates`, "auc_replicates"
+    are for the caller to keep where the claims read them (popped from the dict before it goes into a record)."""
     m = cfg.method
     examples = X.tokenize(tok, prompts, m.max_prompt_tokens)
     computed0 = store.stats.computed
@@ -129,7 +146,7 @@ def measure(store, lm, tok, tok_key: str, model_key: str, prompts: list[str], go
     acc, _ = X.logit_accuracy(logits, gold)
     n_lab = len(label_ids)
     t0 = time.perf_counter()
-    est = estimate(states, m)
+    est = estimate(states, m, replicates)
     n_tokens = [len(e["input_ids"]) for e in examples]
     uniq = {tuple(e["input_ids"]) for e in examples}  # the store computes a repeated prompt once
     return {"accuracy": acc, "n_prompts": len(prompts),
@@ -139,7 +156,7 @@ def measure(store, lm, tok, tok_key: str, model_key: str, prompts: list[str], go
             "max_prompt_tokens": int(max(n_tokens)), "computed_prompts": int(computed),
             "extract_s": t_extract, "id_s": time.perf_counter() - t0,
             "tokens_per_s": (sum(map(len, uniq)) / t_extract) if computed == len(uniq) and t_extract > 0 else None,
-            **est}
+            "pred": logits.argmax(1).tolist(), **est}
 
 
 def summary(res: dict, m: DictConfig, split: str) -> dict[str, float]:
@@ -157,6 +174,9 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
     paradigm, k = parse_variant(m.variant)
     if m.auc_norm not in A.NORMS:
         raise ValueError(f"method.auc_norm={m.auc_norm!r}; valid: {', '.join(A.NORMS)}")
+    if m.sft_loss not in ("full", "completion"):
+        raise ValueError(f"method.sft_loss={m.sft_loss!r}; valid: full (the paper's whole-text loss), completion "
+                         "(the label tokens only)")
     if m.store_dtype not in STORE_DTYPES:
         raise ValueError(f"method.store_dtype={m.store_dtype!r}; valid: {', '.join(STORE_DTYPES)}")
     tok, lm = load_causal_lm(cfg.model)  # [C] default (fp32) dtype, pad = EOS
@@ -166,8 +186,10 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
     pool_rows, eval_rows, uniq_rows = split_items(cfg, unique=paradigm == "icl_unique")
     render = dict(five_choices=m.csqa_five_choices)
     pool, evals = P.render(cfg.task.name, pool_rows, **render), P.render(cfg.task.name, eval_rows, **render)
+    if m.label_space:  # ours: " positive" in demos, SFT texts and scoring alike (README, deviations)
+        pool, evals = P.with_label_space(pool), P.with_label_space(evals)
     labels = sorted({o for _, o in evals} | {o for _, o in pool})
-    label_ids = X.label_token_ids(tok, labels)
+    label_ids = X.label_token_ids(tok, labels, in_context=m.label_space)
     gold = [labels.index(o) for _, o in evals]
     store = ctx.store(dtype=m.store_dtype)
     ctx.n_samples.update(train_examples=len(pool), eval_examples=len(evals), unique_pool=len(uniq_rows),
@@ -177,14 +199,19 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
 
     if paradigm != "sft":
         demo_pool = P.render(cfg.task.name, uniq_rows, **render) if paradigm == "icl_unique" else pool
+        if paradigm == "icl_unique" and m.label_space:
+            demo_pool = P.with_label_space(demo_pool)
         prompts = P.build(paradigm, k, evals, demo_pool, m.demo_seed)
-        res = measure(store, lm, tok, tok_key, base_key, prompts, gold, label_ids, cfg, ctx.device)
-        ctx.extra.update(prompt_examples=prompts[:2], **{k_: v for k_, v in res.items()})
+        res = measure(store, lm, tok, tok_key, base_key, prompts, gold, label_ids, cfg, ctx.device,
+                      m.auc_bootstrap)
+        _keep_for_claims(ctx, res, gold, m)
+        ctx.extra.update(prompt_examples=prompts[:2], **res)
         return {**summary(res, m, "eval"), **_timing(res)}
 
     # SFT: LoRA on the pool's `input\noutput` texts; measure train and eval prompts per epoch (0 = base model)
     from intrinsic_dim import sft as S
     train_texts = [tok(P.combined(it), truncation=True, max_length=m.sft_max_length)["input_ids"] for it in pool]
+    prompt_lens = completion_starts(tok, pool, m.sft_max_length) if m.sft_loss == "completion" else None
     n_tr = len(pool) if m.sft_eval_train_n is None else min(m.sft_eval_train_n, len(pool))
     splits = {"train": ([P.zero_shot(q) for q in pool[:n_tr]], [labels.index(o) for _, o in pool[:n_tr]]),
               "eval": ([P.zero_shot(q) for q in evals], gold)}
@@ -192,7 +219,13 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
 
     def measure_all(epoch: int, step: int, key: str) -> None:
         for split, (prompts, g) in splits.items():
-            res = measure(store, model, tok, tok_key, key, prompts, g, label_ids, cfg, ctx.device)
+            last = split == "eval" and epoch == m.sft_epochs  # the run's result: what the claims compare
+            res = measure(store, model, tok, tok_key, key, prompts, g, label_ids, cfg, ctx.device,
+                          m.auc_bootstrap if last else 0)
+            if last:
+                _keep_for_claims(ctx, res, g, m)
+            for kept in ("pred", "auc_replicates", "curve_replicates"):  # not in the checkpoint list
+                res.pop(kept, None)
             checkpoints.append({"epoch": epoch, "step": step, "split": split, **res})
             log.info("sft epoch %d %s: accuracy %.4f, TwoNN AUC %.2f", epoch, split, res["accuracy"],
                      res["auc"]["twonn"][m.auc_norm])
@@ -225,7 +258,7 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
         timing = S.train(model, train_texts, epochs=m.sft_epochs, lr=m.sft_lr, batch_size=m.sft_batch_size,
                          warmup_ratio=m.sft_warmup_ratio, seed=cfg.seed, device=ctx.device,
                          pad_id=tok.pad_token_id, group_by_length=m.sft_group_by_length, on_epoch=on_epoch,
-                         log=log.info)
+                         log=log.info, prompt_lens=prompt_lens)
         write_json(ckpt_dir / "train.json", timing)
     ctx.extra.update(checkpoints=checkpoints, prompt_examples=[P.combined(pool[0]), splits["eval"][0][0]],
                      checkpoint_dir=str(ckpt_dir), sft_steps_per_epoch=steps_per_epoch)
@@ -235,6 +268,34 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
             "sft/epochs": m.sft_epochs, "sft/steps": timing["steps"], "sft/last_loss": timing["last_loss"],
             "time/train_s": timing["train_s"], "time/step_ms": timing["step_ms"], "time/extract_s": ext,
             "time/id_s": sum(c["id_s"] for c in checkpoints)}
+
+
+def completion_starts(tok, items: list[tuple[str, str]], max_length: int) -> list[int]:
+    """Where each SFT text's label begins: the first token whose characters start at or after the zero-shot
+    prompt's end (offsets of a fast tokenizer); a token straddling the boundary would hide the label's first token."""
+    out = []
+    for it in items:
+        cut = len(P.zero_shot(it))
+        offsets = tok(P.combined(it), return_offsets_mapping=True, truncation=True,
+                      max_length=max_length)["offset_mapping"]
+        real = [(i, a, b) for i, (a, b) in enumerate(offsets) if b > a]  # special tokens have empty spans
+        start = next((i for i, a, _ in real if a >= cut), None)
+        if start is None or any(a < cut < b for _, a, b in real):
+            raise ValueError(f"method.sft_loss=completion: the label {it[1]!r} does not start a token after the "
+                             f"prompt {P.zero_shot(it)[-30:]!r} (merged or truncated); use method.sft_loss=full")
+        out.append(start)
+    return out
+
+
+def _keep_for_claims(ctx: RunContext, res: dict, gold: list[int], m: DictConfig) -> None:
+    """Per-prompt predictions (accuracy CIs over examples) and the AUC's resampled-prompt replicates (AUC CIs) where
+    experiments.claims reads them; both pop out of `res`, so checkpoints stay small."""
+    ctx.per_example["eval"] = {"pred": res.pop("pred"), "label": list(gold)}
+    reps, curves = res.pop("auc_replicates", None), res.pop("curve_replicates", None)
+    if reps is not None:
+        ctx.extra["replicates"] = {"eval/auc_twonn": reps, "extra.curves.twonn": curves}
+        ctx.extra["replicates_how"] = (f"{m.auc_bootstrap} resamples of the eval prompts (seed {m.bootstrap_seed}), "
+                                       "each layer's per-prompt mu = r2/r1 kept and TwoNN refitted")
 
 
 def _timing(res: dict) -> dict[str, float]:
@@ -251,7 +312,7 @@ def _checkpoint_dir(cfg: DictConfig, ctx: RunContext, base_key: str, train_texts
     h = hashlib.sha256(json.dumps({
         "base": base_key, "r": m.lora_r, "alpha": m.lora_alpha, "dropout": m.lora_dropout,
         "targets": list(m.lora_targets), "epochs": m.sft_epochs, "lr": m.sft_lr, "bs": m.sft_batch_size,
-        "warmup": m.sft_warmup_ratio, "group": m.sft_group_by_length, "seed": cfg.seed,
+        "warmup": m.sft_warmup_ratio, "group": m.sft_group_by_length, "seed": cfg.seed, "loss": m.sft_loss,
         "device": ctx.device.type, "data": hashlib.sha256(json.dumps(train_texts).encode()).hexdigest(),
     }, sort_keys=True).encode()).hexdigest()[:20]
     root = Path(m.checkpoint_dir) if m.checkpoint_dir else Path(ctx.store_dir).parent / "lora-checkpoints"

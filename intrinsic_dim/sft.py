@@ -13,6 +13,7 @@ from torch import nn
 from experiments.data import epoch_order
 from experiments.optim import adamw, linear_schedule, warmup_steps
 from experiments.timing import StepTimer
+from intrinsic_dim.extract import backbone, head
 
 
 def add_lora(lm: nn.Module, r: int, alpha: int, dropout: float, targets: Sequence[str]) -> nn.Module:
@@ -42,8 +43,9 @@ def load_lora_state(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
 
 
 def batches(texts_ids: Sequence[list[int]], batch_size: int, seed: int, epoch: int, group_by_length: bool,
-            pad_id: int) -> list[dict[str, torch.Tensor]]:
-    """One epoch of right-padded batches (labels = input ids, pads -100). Reshuffled per epoch from the seed;
+            pad_id: int, prompt_lens: Sequence[int] | None = None) -> list[dict[str, torch.Tensor]]:
+    """One epoch of right-padded batches (labels = input ids, pads -100; with `prompt_lens` the first that many
+    tokens of each text are -100 too: the completion-only loss). Reshuffled per epoch from the seed;
     group_by_length sorts within windows of 50 batches, then shuffles the batches (less padding, same epochs)."""
     chunks = epoch_order([len(t) for t in texts_ids], batch_size, seed, group_by_length)(epoch)
     out = []
@@ -54,16 +56,37 @@ def batches(texts_ids: Sequence[list[int]], batch_size: int, seed: int, epoch: i
         for b, i in enumerate(chunk):
             ids[b, :len(texts_ids[i])] = torch.as_tensor(texts_ids[i])
             mask[b, :len(texts_ids[i])] = 1
-        out.append({"input_ids": ids, "attention_mask": mask, "labels": ids.masked_fill(mask == 0, -100)})
+        labels = ids.masked_fill(mask == 0, -100)
+        if prompt_lens is not None:
+            for b, i in enumerate(chunk):
+                labels[b, :prompt_lens[i]] = -100
+        out.append({"input_ids": ids, "attention_mask": mask, "labels": labels})
     return out
+
+
+def completion_loss(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The causal-LM loss (mean cross-entropy of each labelled token given what precedes it) with the vocabulary
+    projection computed only where a label is predicted: a 262k-row lm_head over every position would dominate."""
+    labels = batch["labels"]
+    h = backbone(model)(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+    target = labels[:, 1:]
+    where = target != -100
+    if not bool(where.any()):
+        raise ValueError("a batch has no labelled token: every completion is empty")
+    logits = head(model)(h[:, :-1][where]).float()
+    cap = getattr(getattr(model, "config", None), "final_logit_softcapping", None)
+    if cap:  # Gemma-style soft-capping, as the model's own forward applies it
+        logits = torch.tanh(logits / cap) * cap
+    return nn.functional.cross_entropy(logits, target[where])
 
 
 def train(model: nn.Module, texts_ids: Sequence[list[int]], *, epochs: int, lr: float, batch_size: int,
           warmup_ratio: float, seed: int, device: torch.device, pad_id: int, group_by_length: bool = True,
           max_grad_norm: float = 1.0, on_epoch: Callable[[int, int], None] | None = None,
-          log: Callable[[str], None] | None = None) -> dict[str, float]:
+          log: Callable[[str], None] | None = None, prompt_lens: Sequence[int] | None = None) -> dict[str, float]:
     """Train the LoRA parameters for `epochs` epochs; `on_epoch(epoch, step)` after each (model in eval mode
-    during the call, back in train mode after). Returns timing and the last loss."""
+    during the call, back in train mode after). Returns timing and the last loss. `prompt_lens`: the loss covers
+    only the tokens after each text's prompt (completion_loss); None: the whole text (the model's own loss)."""
     model.to(device)
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
@@ -76,10 +99,10 @@ def train(model: nn.Module, texts_ids: Sequence[list[int]], *, epochs: int, lr: 
     step, loss_v = 0, float("nan")
     for epoch in range(1, epochs + 1):
         model.train()
-        for batch in batches(texts_ids, batch_size, seed, epoch, group_by_length, pad_id):
+        for batch in batches(texts_ids, batch_size, seed, epoch, group_by_length, pad_id, prompt_lens):
             with timer:
                 batch = {k: v.to(device) for k, v in batch.items()}
-                loss = model(**batch).loss
+                loss = model(**batch).loss if prompt_lens is None else completion_loss(model, batch)
                 loss.backward()
                 if max_grad_norm:
                     torch.nn.utils.clip_grad_norm_(params, max_grad_norm)

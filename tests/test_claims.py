@@ -476,3 +476,14 @@ def test_baselines_from_reads_the_other_papers_records(tmp_path, monkeypatch):
     assert C.baseline_runs("p", tmp_path)[0]["config"]["method"]["name"] == "finetune"
     with pytest.raises(C.ClaimsError, match="baselines_from"):
         C.parse_claims({"paper": "p", "baselines_from": "finetune", "claims": []}, "p/claims.yaml")
+
+
+def test_a_row_rests_on_its_decided_comparisons_and_names_the_untestable_ones():
+    O = C.Outcome
+    held, untestable, failed = O("icl-0", "holds"), O("icl-1", "not testable here"), O("icl-2", "does not hold")
+    assert C._combine([held, untestable]) == "holds"
+    assert C._partly([held, untestable]) == ("partly tested: decided on 1 of 2 comparisons; not testable: icl-1")
+    assert C._combine([held, untestable, failed]) == "does not hold"
+    assert C._combine([untestable, O("icl-5", "not testable here")]) == "not testable here"
+    assert C._partly([untestable]) == "" and C._partly([held]) == ""
+    assert C._combine([held, O("x", "inconclusive"), untestable]) == "inconclusive"

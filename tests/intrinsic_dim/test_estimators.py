@@ -207,3 +207,23 @@ def test_gram_paths_agree_and_give_the_same_estimate(threads):
     finally:
         torch.set_num_threads(before)
     assert est == pytest.approx(E.twonn(X.astype(np.float64)), rel=1e-12)
+
+
+@pytest.mark.parametrize("dedup", [True, False])
+def test_per_point_mu_refits_to_twonn_and_resamples_pair_by_prompt(dedup):
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(400, 6)) @ rng.normal(size=(6, 50))
+    X[[10, 20]] = X[3]  # a triplicate: dropped copies (dedup) or the official r1 floor
+    X[30] = X[7]
+    mu, n_dup = E.twonn_mu(X, dedup=dedup)
+    ref = E.twonn_detail(X, dedup=dedup)
+    assert n_dup == ref.n_duplicates and (int(np.isnan(mu).sum()) == 3) is dedup
+    if dedup:
+        assert E.twonn_fit(mu) == pytest.approx(ref.value, rel=1e-12)
+    idx = E.resample_indices(400, 300, seed=1)
+    assert (idx == E.resample_indices(400, 300, seed=1)).all()  # every arm with 400 prompts draws the same ones
+    if dedup:
+        reps = E.twonn_fit(mu[idx])
+        assert reps.shape == (300,) and np.isfinite(reps).all()
+        lo, hi = np.percentile(reps, [2.5, 97.5])
+        assert lo < ref.value < hi and hi - lo < 0.3 * ref.value  # centred on the estimate, a usable width

@@ -2,7 +2,6 @@
 official code's batching) to float rounding, the last-position logits equal the LM's, label first tokens must differ, reruns hit the store."""
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from experiments.models import byte_tokenizer, tokenizer_fingerprint
 from experiments.store import ActivationStore
@@ -10,16 +9,6 @@ from intrinsic_dim import extract as X
 
 PROMPTS = ["a dull film\nQuestion: Was that sentence positive or negative? Answer:\n",
            "ok\n", "a much longer prompt with a few demonstrations\nyes\n\nand a query\n", "short one\n"]
-
-
-@pytest.fixture(scope="module")
-def lm_tok():
-    torch.manual_seed(0)
-    tok = byte_tokenizer()
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=3,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                      pad_token_id=tok.pad_token_id)
-    return LlamaForCausalLM(cfg).eval(), tok
 
 
 def _states(store, lm, tok, **kw):
@@ -79,3 +68,23 @@ def test_logit_accuracy():
     import numpy as np
     acc, ok = X.logit_accuracy(np.array([[0.1, 0.9], [2.0, 1.0], [0.0, 3.0]]), [1, 0, 0])
     assert acc == pytest.approx(2 / 3) and ok.tolist() == [True, True, False]
+
+
+def test_label_tokens_in_context_follow_the_newline_and_must_differ():
+    tok = byte_tokenizer()  # one token per byte; its pre-tokenizer drops whitespace
+    assert X.label_tokens(tok, " yes", in_context=True) == tok.encode("yes", add_special_tokens=False)
+    with pytest.raises(X.LabelTokenCollision, match="' yes' and ' yeah' share their first token"):
+        X.label_token_ids(tok, [" yes", " yeah"], in_context=True)
+
+
+@pytest.mark.assets
+def test_smollm2_scores_spaced_labels_as_single_tokens_after_the_newline():
+    from transformers import AutoTokenizer
+
+    from experiments.assets import cache_dir
+    tok = AutoTokenizer.from_pretrained(str(cache_dir() / "models" / "smollm2-135m"))
+    for labels in ([" negative", " positive"], [" Maybe", " No", " Yes"]):  # rt-polarity, vitaminc (MNLI template)
+        ids = X.label_token_ids(tok, labels, in_context=True)
+        assert [X.label_tokens(tok, lab, True) for lab in labels] == [[i] for i in ids]
+        assert [tok.convert_ids_to_tokens(i) for i in ids] == ["Ġ" + lab.strip() for lab in labels]
+        assert ids != X.label_token_ids(tok, [lab.strip() for lab in labels])  # the official no-space tokens differ

@@ -1,5 +1,6 @@
 """method=intrinsic_dim end to end on tiny-llama + the rt-polarity fixture: records, store and checkpoint reuse,
 bad variants, the report."""
+import numpy as np
 import pytest
 
 from experiments.results import load_runs
@@ -56,7 +57,8 @@ def test_icl_and_sft_runs_write_curves_and_reuse_caches(tmp_path, monkeypatch):
     text = "\n".join(lines)
     assert "Table 1" in text and "SFT accuracy > every ICL accuracy" in text
     for f in ("tables/table1_accuracy.md", "tables/auc.md", "tables/fig4_auc_difference.csv",
-              "tables/sft_checkpoints.md", "figures/fig5_auc_boxplot.png"):
+              "tables/sft_checkpoints.md", "figures/fig5_auc_boxplot.png", "tables/fig6_auc_per_model.md",
+              "figures/fig6_auc_per_model.png"):
         assert (tmp_path / "out" / f).is_file(), f
     assert list((tmp_path / "out" / "figures").glob("fig2_*.png")) and \
         list((tmp_path / "out" / "figures").glob("fig3_*.png"))
@@ -82,6 +84,22 @@ def test_split_recipe_matches_datasets_shuffle_and_never_overlaps(tmp_path, monk
                "method.unique_pool=300")
     pool, evals, uniq = R.split_items(cfg, unique=True)
     assert [r["sentence"] for r in uniq] == order[:300] and [r["sentence"] for r in evals] == order[300:350]
+    cfg = _cfg(tmp_path, "task=sst2", "data.source=hub", "method.n_train=100", "method.n_eval=50", "method.dev=true")
+    pool, dev, _ = R.split_items(cfg, unique=False)  # dev: after the pool and the eval items carved from train
+    assert [r["sentence"] for r in pool] == order[:100] and [r["sentence"] for r in dev] == order[150:200]
+
+
+def test_dev_split_of_an_offline_task_is_train_rows_after_the_pool(tmp_path, monkeypatch):
+    from intrinsic_dim import run as R
+    rows = {"train": [{"text": f"t{i}", "label": i % 2} for i in range(300)],
+            "eval": [{"text": f"e{i}", "label": i % 2} for i in range(80)]}
+    monkeypatch.setattr(R, "load_rows", lambda task, data, split: rows[split])
+    base = ("task=rt-polarity", "method.n_train=100", "method.n_eval=50")
+    pool, evals, _ = R.split_items(_cfg(tmp_path, *base), unique=False)
+    pool_d, dev, _ = R.split_items(_cfg(tmp_path, *base, "method.dev=true"), unique=False)
+    assert pool_d == pool and all(r["text"].startswith("e") for r in evals)
+    assert len(dev) == 50 and all(r["text"].startswith("t") for r in dev)
+    assert not {r["text"] for r in dev} & {r["text"] for r in pool}
 
 
 def _record(variant: str, acc: float, auc: float, majority: float = 0.5) -> dict:
@@ -104,3 +122,42 @@ def test_headlines_judge_both_claims_and_flag_a_model_that_does_not_do_the_task(
     a, b = [line for line in text.splitlines() if line.strip().startswith(("(a)", "(b)"))]
     assert f"**{verdicts[0]}**" in a and f"**{verdicts[1]}**" in b
     assert ("not a test of the claim" in a) is caveat
+
+
+@pytest.mark.slow  # ~4 s: three tiny runs, then the claims machinery on their records
+def test_records_carry_what_the_claims_bootstrap(tmp_path):
+    from experiments import claims as C
+    recs = {}
+    for v in ("icl-0", "icl-2", "sft"):
+        recs[v] = execute(_cfg(tmp_path, f"method.variant={v}", "method.auc_bootstrap=200", "method.label_space=true",
+                               "method.sft_loss=completion", "method.sft_epochs=1"), tmp_path / "run" / v)
+        assert recs[v]["status"] == "ok", recs[v].get("error")
+        pe, reps = recs[v]["per_example"]["eval"], recs[v]["extra"]["replicates"]["eval/auc_twonn"]
+        assert len(pe["pred"]) == len(pe["label"]) == 16 and len(reps) == 200
+        curves = recs[v]["extra"]["replicates"]["extra.curves.twonn"]
+        assert np.shape(curves) == (200, 5)  # tiny-llama: embedding + 4 layers
+        assert np.mean(np.equal(pe["pred"], pe["label"])) == recs[v]["metrics"]["eval/accuracy"]
+    assert recs["icl-2"]["extra"]["labels"] == [" negative", " positive"]
+    assert recs["icl-2"]["extra"]["prompt_examples"][0].count("Answer:\n positive") + \
+        recs["icl-2"]["extra"]["prompt_examples"][0].count("Answer:\n negative") == 2  # demos written as scored
+    doc = {"paper": "intrinsic_dim", "claims": [{
+        "id": "x", "claim": "c", "paper": {"where": "w"}, "needs_signal": False,
+        "compare": [{"metric": "eval/auc_twonn", "a": {"method.variant": "icl-2"}, "b": {"method.variant": "sft"},
+                     "pair_by": ["model.name", "task.name", "seed"], "test": {"kind": "direction", "sign": "+"}},
+                    {"metric": "eval/accuracy", "a": {"method.variant": "sft"}, "b": {"method.variant": "icl-0"},
+                     "pair_by": ["model.name", "task.name", "seed"], "test": {"kind": "direction", "sign": "+"}}]}]}
+    claim = C.parse_claims(doc).claims[0]
+    auc, acc = (C.evaluate_comparison(claim, c, list(recs.values())) for c in claim.comparisons)
+    assert "bootstrap replicates" in auc.n and auc.ci[0] < auc.estimate < auc.ci[1]
+    assert auc.estimate == pytest.approx(recs["icl-2"]["metrics"]["eval/auc_twonn"]
+                                         - recs["sft"]["metrics"]["eval/auc_twonn"])
+    assert "16 examples" in acc.n and acc.ci is not None
+    layer = C.parse_claims({**doc, "claims": [{**doc["claims"][0], "compare": {
+        **doc["claims"][0]["compare"][0], "metric": "extra.curves.twonn", "reduce": "min"}}]}).claims[0]
+    low = C.evaluate_comparison(layer, layer.comparisons[0], list(recs.values()))
+    assert "bootstrap replicates" in low.n and low.ci[0] <= low.estimate <= low.ci[1]
+
+
+def test_bad_sft_loss_fails_naming_the_key(tmp_path):
+    rec = execute(_cfg(tmp_path, "method.variant=sft", "method.sft_loss=labels", "on_error=record"), tmp_path / "run")
+    assert rec["status"] == "failed" and "method.sft_loss='labels'" in rec["error"]
