@@ -33,8 +33,8 @@ def test_unknown_source_and_missing_fixture_are_errors():
 
 
 def test_load_rows_reads_one_named_split_uncapped_as_plain_dicts():
-    cfg = compose("debug=smoke", "task=rt-polarity", "data.limit_train=10")
-    rows = D.load_rows(cfg.task, cfg.data, "train")
+    cfg = compose("debug=smoke", "task=rt-polarity", "data.limit_train=10", "task.dev_from_train=null")
+    rows = D.load_rows(cfg.task, cfg.data, "train")  # (no dev carved out of train below: the CPU budget carves one)
     splits = D.load_splits(cfg.task, compose("debug=smoke", "task=rt-polarity").data)
     assert isinstance(rows[0], dict) and "split" in rows[0]
     assert [r["text"] for r in rows] == splits["train"]["text"]  # every row in file order: no cap, no shuffle
