@@ -627,6 +627,21 @@ def percentile_ci(reps: np.ndarray, level: float = LEVEL) -> tuple[float, float]
     return float(lo), float(hi)
 
 
+def example_ci(record: dict, key: str, n_boot: int = N_BOOT, seed: int = 0) -> tuple[float, float] | None:
+    """95% percentile CI of one run's `key` over resampled eval examples (what a one-seed table cell can show), or
+    None when the record kept no per-example scores that reproduce its metric (the check guards against a scale or
+    definition mismatch between the metric and its per-example form)."""
+    pe, value = _per_example(record), (record.get("metrics") or {}).get(key)
+    if pe is None or value is None or not key.startswith("eval/"):
+        return None
+    n = _n_examples(pe)
+    whole = resampled_metric(key, pe, np.ones((1, n)))
+    if whole is None or not math.isclose(float(whole[0]), float(value), rel_tol=1e-6, abs_tol=1e-9):
+        return None
+    rng = np.random.default_rng(seed)
+    return percentile_ci(bootstrap_examples(lambda w: resampled_metric(key, pe, w), n, rng, n_boot))
+
+
 # ---------------------------------------------------------------- evaluating one comparison
 
 @dataclass

@@ -17,6 +17,7 @@ import json
 from pathlib import Path
 
 from experiments import selection
+from experiments.claims import example_ci
 from experiments.metrics import declared, higher_is_better
 from experiments.paper_values import PaperValues, paper_values
 from experiments.identity import published_path
@@ -103,7 +104,8 @@ def generic_table(runs: list[dict], exp_id: str, pv: PaperValues) -> Table:
             xs = [(x, r) for x, r in xs if x is not None]
             if not xs:
                 continue
-            s = summary([x * scale(key) for x, _ in xs])
+            ci = example_ci(xs[0][1], key) if len(xs) == 1 else None  # one seed: resample its eval examples
+            s = summary([x * scale(key) for x, _ in xs], ci=ci and tuple(v * scale(key) for v in ci))
             match = pv.find_for(r0, c["method"].get("variant"), key.split("/", 1)[1]) \
                 if not key.startswith("time/") else None
             if match is not None and match.via:

@@ -68,6 +68,7 @@ class Summary:
     """Ours over seeds: shown as 'mean ± sd (n=…)'; the CSV gets mean, sd and n as three columns."""
     values: tuple[float, ...]
     digits: int = 2
+    ci: tuple[float, float] | None = None  # one seed: a bootstrap CI over eval examples, shown instead of the sd
 
     @property
     def n(self) -> int:
@@ -84,11 +85,14 @@ class Summary:
     def __str__(self) -> str:
         if not self.values:
             return "—"
+        if self.ci is not None and self.n == 1:
+            lo, hi = (fmt(x, self.digits) for x in self.ci)
+            return f"{fmt(self.mean, self.digits)} [{lo}, {hi}] (n=1, 95% CI over examples)"
         return f"{fmt(self.mean, self.digits)} ± {fmt(self.sd, self.digits)} (n={self.n})"
 
 
-def summary(xs, digits: int = 2) -> Summary:
-    return Summary(tuple(float(x) for x in xs), digits)
+def summary(xs, digits: int = 2, ci: tuple[float, float] | None = None) -> Summary:
+    return Summary(tuple(float(x) for x in xs), digits, ci)
 
 
 def delta(ours: float | None, paper, digits: int = 2) -> str:

@@ -487,3 +487,16 @@ def test_a_row_rests_on_its_decided_comparisons_and_names_the_untestable_ones():
     assert C._combine([untestable, O("icl-5", "not testable here")]) == "not testable here"
     assert C._partly([untestable]) == "" and C._partly([held]) == ""
     assert C._combine([held, O("x", "inconclusive"), untestable]) == "inconclusive"
+
+
+def test_example_ci_of_a_one_seed_record_brackets_its_metric_and_refuses_a_mismatch():
+    rng = np.random.default_rng(1)
+    label = rng.integers(0, 2, 400)
+    pred = np.where(rng.random(400) < 0.8, label, 1 - label)  # ~80% right
+    acc = float((pred == label).mean())
+    rec = {"metrics": {"eval/accuracy": acc}, "per_example": {"eval": {"pred": pred.tolist(), "label": label.tolist()}}}
+    lo, hi = C.example_ci(rec, "eval/accuracy", n_boot=500)
+    assert lo < acc < hi and 0.04 < hi - lo < 0.1  # ~±2 sd of a binomial proportion at n=400: 2*1.96*0.02
+    assert C.example_ci({**rec, "metrics": {"eval/accuracy": acc * 100}}, "eval/accuracy") is None  # scale mismatch
+    assert C.example_ci({"metrics": {"eval/accuracy": acc}}, "eval/accuracy") is None  # no per-example scores
+    assert C.example_ci(rec, "dev/accuracy") is None
