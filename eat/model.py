@@ -118,8 +118,9 @@ class EatModel(nn.Module):
                  patience_layer: int | None = None, exit_weight: float = 0.3, settings: Settings = Settings()):
         super().__init__()
         self.encoder = encoder
-        self.embeddings, self._parts, self.heads, self.attn_dropout, self.hidden_dropout = _blocks(encoder)
-        self._types = "token_type_ids" in inspect.signature(self.embeddings.forward).parameters  # not DistilBERT
+        emb, self._parts, self.heads, self.attn_dropout, self.hidden_dropout = _blocks(encoder)
+        self._embeddings = (emb,)  # a tuple: the encoder already registers it (state_dict keys stay unique)
+        self._types = "token_type_ids" in inspect.signature(emb.forward).parameters  # not DistilBERT
         self.num_layers = n = len(self._parts)
         if exit_layer is not None and not 1 <= exit_layer < n:
             raise ValueError(f"exit_layer={exit_layer} must be in 1..{n - 1} for a {n}-layer encoder (or None)")
@@ -187,9 +188,10 @@ class EatModel(nn.Module):
         return h * kept[..., None].to(h.dtype), pos, kept
 
     def _embed(self, input_ids, token_type_ids):
+        emb = self._embeddings[0]
         if token_type_ids is not None and self._types:
-            return self.embeddings(input_ids=input_ids, token_type_ids=token_type_ids)
-        return self.embeddings(input_ids=input_ids)
+            return emb(input_ids=input_ids, token_type_ids=token_type_ids)
+        return emb(input_ids=input_ids)
 
     # -- forward --------------------------------------------------------------------------------------------------
     def forward(self, input_ids, attention_mask, token_type_ids=None, labels=None) -> EatOutput:

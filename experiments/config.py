@@ -208,3 +208,15 @@ def validate(cfg) -> None:
     train = cfg.train
     if train.max_steps <= 0 and not train.epochs > 0:
         raise ConfigError(f"train.epochs={train.epochs} trains nothing: use epochs > 0 or train.max_steps > 0")
+
+
+def load_group(group: str, name: str, schema, key: str) -> DictConfig:
+    """conf/<group>/<name>.yaml as a typed node, for a config key that names another config (`key`, in the error)."""
+    from pathlib import Path
+    path = Path(__file__).resolve().parent.parent / "conf" / group / f"{name}.yaml"
+    if not path.exists():
+        valid = sorted(p.stem for p in path.parent.glob("*.yaml"))
+        raise ConfigError(f"{key}={name!r} names no conf/{group}/{name}.yaml; valid: {', '.join(valid)}")
+    node = OmegaConf.load(path)
+    node.pop("defaults", None)
+    return OmegaConf.merge(OmegaConf.structured(schema), node)

@@ -30,6 +30,8 @@ __all__ = [
     "pearson",
     "spearman",
     "ece",
+    "calibration_bins",
+    "class_scores",
     "seqeval_f1",
     "token_f1",
     "token_macro_f1",
@@ -156,31 +158,71 @@ def spearman(preds, labels) -> float:
     return float(stats.spearmanr(p.astype(float), y.astype(float)).statistic)
 
 
-def ece(probs, labels, n_bins: int = 15) -> float:
-    """Expected calibration error (Guo et al., 2017): confidence = max class probability, n_bins equal-width
-    bins (lo, hi] over [0, 1], ECE = sum_b |B_b|/N * |acc(B_b) - conf(B_b)|."""
-    probs = np.asarray(probs, dtype=float)
-    y = np.asarray(labels)
-    if probs.ndim != 2:
-        raise ValueError(f"probs must be (N, C), got shape {probs.shape}")
-    _pair(probs, y)
+def class_scores(scores, labels, name: str = "probs") -> tuple[np.ndarray, np.ndarray]:
+    """Checked (N, C) float scores (probabilities or logits, C >= 2) and (N,) int class ids in [0, C), as numpy;
+    a ValueError naming `name` and the fix otherwise. Torch tensors are accepted (detached, moved to the CPU)."""
+    s = np.asarray(scores.detach().cpu() if hasattr(scores, "detach") else scores, dtype=np.float64)
+    y = np.asarray(labels.detach().cpu() if hasattr(labels, "detach") else labels)
+    if s.ndim != 2 or s.shape[1] < 2:
+        raise ValueError(f"{name} must be (N, C) with C >= 2 classes, got shape {s.shape}")
+    if y.ndim != 1 or len(y) != len(s):
+        raise ValueError(f"{name} has {len(s)} rows but labels has shape {y.shape}; give one class id per row")
+    if len(y) == 0:
+        raise ValueError(f"empty {name}/labels")
+    if not np.isfinite(s).all():
+        raise ValueError(f"{name} holds {int((~np.isfinite(s)).sum())} NaN/inf values")
+    integral = np.issubdtype(y.dtype, np.integer) or (np.issubdtype(y.dtype, np.floating) and (y == np.round(y)).all())
+    if not integral:
+        raise ValueError(f"labels must be integer class ids, got dtype {y.dtype}: {y[:5].tolist()}...")
+    y = y.astype(np.int64)
+    if y.min() < 0 or y.max() >= s.shape[1]:
+        raise ValueError(f"labels must be class ids in [0, {s.shape[1]}) for {name} with {s.shape[1]} columns, "
+                         f"got min {y.min()} max {y.max()}")
+    return s, y
+
+
+def _confidences(probs, labels, n_bins: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(confidence, correct, bin index) per example, after checking every input (nothing is computed on bad ones)."""
+    if isinstance(n_bins, bool) or not isinstance(n_bins, (int, np.integer)) or n_bins < 1:
+        raise ValueError(f"n_bins must be an integer >= 1, got {n_bins!r}")
+    probs, y = class_scores(probs, labels, "probs")
     # Logits or unnormalised scores would give a meaningless number without any error; catch them here.
     # The tolerance is loose enough for half-precision softmax outputs.
-    if probs.min() < 0 or probs.max() > 1 or not np.allclose(probs.sum(axis=1), 1.0, atol=1e-2):
-        raise ValueError("probs must be probabilities (rows in [0, 1] summing to 1), not logits")
-    if n_bins < 1:
-        raise ValueError(f"n_bins must be >= 1, got {n_bins}")
+    sums = probs.sum(axis=1)
+    bad = np.flatnonzero((probs < 0).any(axis=1) | (probs > 1).any(axis=1) | ~np.isclose(sums, 1.0, rtol=0, atol=1e-2))
+    if len(bad):
+        i = int(bad[0])
+        raise ValueError(f"probs row {i} is {probs[i].tolist()} (sum {sums[i]:.4g}); {len(bad)} row(s) are not "
+                         "probabilities (each in [0, 1], summing to 1): pass softmax(logits), not logits")
     conf = probs.max(axis=1)
     correct = (probs.argmax(axis=1) == y).astype(float)
-    # Counting the inner edges strictly below conf puts conf in bin (lo, hi]; conf == 0 falls into bin 0.
+    # Bin b is (b/n, (b+1)/n]: counting the inner edges strictly below conf puts a conf that equals an inner edge
+    # (as a float, e.g. 0.5 with 2 bins) into the bin below it; conf = 0 falls into bin 0 and conf = 1 into the last.
     edges = np.linspace(0.0, 1.0, n_bins + 1)
-    bins = np.searchsorted(edges[1:-1], conf, side="left")
-    n = len(conf)
-    total = 0.0
-    for b in np.unique(bins):
-        m = bins == b
-        total += m.sum() / n * abs(correct[m].mean() - conf[m].mean())
-    return float(total)
+    return conf, correct, np.searchsorted(edges[1:-1], conf, side="left")
+
+
+def calibration_bins(probs, labels, n_bins: int = 15) -> dict[str, np.ndarray]:
+    """The reliability-diagram table behind `ece`, one entry per equal-width confidence bin over [0, 1] (binned as
+    `ece` bins): `lo`, `hi` (edges), `count`, `accuracy` (fraction correct) and `confidence` (mean max-probability);
+    accuracy and confidence are NaN in an empty bin."""
+    conf, correct, bins = _confidences(probs, labels, n_bins)
+    edges = np.linspace(0.0, 1.0, n_bins + 1)
+    count = np.bincount(bins, minlength=n_bins)
+    with np.errstate(invalid="ignore", divide="ignore"):  # 0/0 -> NaN marks an empty bin
+        acc = np.bincount(bins, weights=correct, minlength=n_bins) / count
+        mean_conf = np.bincount(bins, weights=conf, minlength=n_bins) / count
+    return {"lo": edges[:-1], "hi": edges[1:], "count": count, "accuracy": acc, "confidence": mean_conf}
+
+
+def ece(probs, labels, n_bins: int = 15) -> float:
+    """Expected calibration error (Guo et al., 2017) as a fraction in [0, 1]: confidence = max class probability,
+    n_bins equal-width bins (lo, hi] over [0, 1] (see `calibration_bins`),
+    ECE = sum_b |B_b|/N * |acc(B_b) - conf(B_b)|."""
+    t = calibration_bins(probs, labels, n_bins)
+    filled = t["count"] > 0
+    weight = t["count"][filled] / t["count"].sum()
+    return float(np.sum(weight * np.abs(t["accuracy"][filled] - t["confidence"][filled])))
 
 
 CLASSIFICATION_METRICS = {

@@ -43,6 +43,8 @@ METHODS: dict[str, Method] = {
     "store_bench": Method("experiments.bench_store:run", "store", "experiments.bench_config:StoreBenchConfig"),
     "recycling": Method("recycling.run:run", "recycling", "recycling.config:RecyclingConfig"),
     "recycling_bench": Method("recycling.bench:run", "recycling", "recycling.config:RecyclingBenchConfig"),
+    "eat": Method("eat.run:run", "eat", "eat.config:EatConfig"),
+    "eat_bench": Method("eat.bench:run", "eat", "eat.config:EatBenchConfig"),
 }
 # training options a paper package registers (experiments.hooks)
 OPTIONS: dict[str, Option] = {

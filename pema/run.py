@@ -26,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from experiments import data as D
 from experiments.assets import cache_dir
 from experiments.context import RunContext
+from experiments.config import ModelConfig, TaskConfig, load_group
 from experiments.models import byte_tokenizer, load_tokenizer, tokenizer_fingerprint, weights_path
 from experiments.optim import adamw
 from pema import memory, vocab
@@ -60,20 +61,9 @@ def model_architecture(model: DictConfig):
 _COUNTS: dict[str, tuple[np.ndarray, int]] = {}  # one process (a -m sweep) tokenizes each corpus part once
 
 
-def _load_group(group: str, name: str, schema, key: str) -> DictConfig:
-    path = REPO / "conf" / group / f"{name}.yaml"
-    if not path.exists():
-        valid = sorted(p.stem for p in path.parent.glob("*.yaml"))
-        raise ValueError(f"{key} names {group} {name!r}, which has no conf/{group}/{name}.yaml; valid: {', '.join(valid)}")
-    node = OmegaConf.load(path)
-    node.pop("defaults", None)
-    return OmegaConf.merge(OmegaConf.structured(schema), node)
-
-
 def load_task(name: str) -> DictConfig:
     """conf/task/<name>.yaml as a typed TaskConfig (for `method.union`)."""
-    from experiments.config import TaskConfig
-    return _load_group("task", name, TaskConfig, "method.union")
+    return load_group("task", name, TaskConfig, "method.union")
 
 
 def vocab_tokenizer(cfg: DictConfig, rows: int):
@@ -83,8 +73,7 @@ def vocab_tokenizer(cfg: DictConfig, rows: int):
     name = cfg.method.tokenizer_of
     if not name:
         return load_tokenizer(cfg.model)
-    from experiments.config import ModelConfig
-    tok = load_tokenizer(_load_group("model", name, ModelConfig, "method.tokenizer_of"))
+    tok = load_tokenizer(load_group("model", name, ModelConfig, "method.tokenizer_of"))
     if len(tok) != rows:
         raise ValueError(f"method.tokenizer_of={name}: its tokenizer has {len(tok)} tokens but {cfg.model.name} has "
                          f"{rows} embedding rows, so they are not one vocabulary; name a model with {cfg.model.name}'s "

@@ -93,6 +93,75 @@ def test_ece_rejects_logits():
         ece([[2.0, -1.0], [0.5, 0.1]], [0, 1])
 
 
+def test_calibration_bins_known_table():
+    # 4 bins with float-exact edges .25/.5/.75: conf .6 x2 (1 right), .7 (wrong), .9 x2 (right), 1.0 (right)
+    # bin 2 (.5, .75]: n 3, acc 1/3, conf (.6+.6+.7)/3 = 19/30; bin 3 (.75, 1]: n 3, acc 1, conf 2.8/3; bins 0-1 empty
+    probs = [[0.6, 0.4], [0.4, 0.6], [0.7, 0.3], [0.1, 0.9], [0.9, 0.1], [0.0, 1.0]]
+    labels = [0, 0, 1, 1, 0, 1]
+    t = M.calibration_bins(probs, labels, n_bins=4)
+    assert t["lo"].tolist() == [0, 0.25, 0.5, 0.75] and t["hi"].tolist() == [0.25, 0.5, 0.75, 1.0]
+    assert t["count"].tolist() == [0, 0, 3, 3]
+    assert np.isnan(t["accuracy"][:2]).all() and np.isnan(t["confidence"][:2]).all()  # empty bins
+    assert t["accuracy"][2:] == approx([1 / 3, 1.0]) and t["confidence"][2:] == approx([19 / 30, 2.8 / 3])
+    # ECE = 3/6 * |1/3 - 19/30| + 3/6 * |1 - 2.8/3| = 0.5 * 0.3 + 0.5 * 0.2/3 = 0.18333...; empty bins add nothing
+    assert ece(probs, labels, n_bins=4) == approx(0.5 * 0.3 + 0.5 * 0.2 / 3)
+
+
+def test_ece_edge_confidences_go_to_the_lower_bin_and_one_to_the_last():
+    # conf exactly 0.5 with 2 bins belongs to (0, .5]; exactly .25 with 4 bins to (0, .25]; 1.0 to the last bin
+    assert M.calibration_bins([[0.5, 0.5]], [0], n_bins=2)["count"].tolist() == [1, 0]
+    assert M.calibration_bins([[0.25, 0.25, 0.25, 0.25]], [0], n_bins=4)["count"].tolist() == [1, 0, 0, 0]
+    assert M.calibration_bins([[1.0, 0.0]], [0], n_bins=15)["count"].tolist() == [0] * 14 + [1]
+    # a hair above the edge moves up one bin
+    assert M.calibration_bins([[0.5 + 1e-12, 0.5 - 1e-12]], [0], n_bins=2)["count"].tolist() == [0, 1]
+    # conf .5 (right) alone in bin 0; .6 (right), .6 (wrong), .9 (right) in bin 1:
+    # 1/4 * |1 - .5| + 3/4 * |2/3 - .7| = .125 + .025 = .15 (with the .5 in bin 1 it would be |3/4 - .65| = .1)
+    probs = [[0.5, 0.5], [0.4, 0.6], [0.6, 0.4], [0.9, 0.1]]
+    assert ece(probs, [0, 1, 1, 0], n_bins=2) == approx(0.15)
+
+
+def test_ece_all_correct_is_one_minus_mean_confidence():
+    # accuracy 1 >= confidence in every bin, so the weighted gaps sum to 1 - mean(conf), whatever the binning
+    rng = np.random.default_rng(0)
+    conf = rng.uniform(0.5, 1.0, 500)
+    probs = np.stack([conf, 1 - conf], 1)
+    for n_bins in (1, 4, 15):
+        assert ece(probs, np.zeros(500, int), n_bins=n_bins) == approx(1 - conf.mean())
+    assert ece([[1.0, 0.0]] * 3, [0, 0, 0]) == 0.0
+
+
+def test_ece_of_sampled_calibrated_predictions_is_near_zero():
+    # each example is right with probability equal to its confidence: ECE -> 0 as n grows (binning noise ~ 1/sqrt n;
+    # within a bin conf varies, but acc tracks mean conf exactly in expectation)
+    rng = np.random.default_rng(1)
+    n = 200_000
+    probs = rng.dirichlet(np.ones(3), n)
+    labels = np.minimum((probs.cumsum(1) < rng.uniform(size=(n, 1))).sum(1), 2)  # y ~ Categorical(probs)
+    assert ece(probs, labels) < 0.005
+    # and an overconfident version of the same data (probs sharpened) is clearly miscalibrated
+    sharp = probs ** 3 / (probs ** 3).sum(1, keepdims=True)
+    assert ece(sharp, labels) > 0.05
+
+
+@pytest.mark.parametrize("probs, labels, n_bins, message", [
+    ([[0.5, 0.5], [0.5, 0.5], [0.5, 0.5]], [0, 1], 15, "probs has 3 rows but labels has shape (2,)"),
+    ([[0.7, 0.2], [0.5, 0.5]], [0, 1], 15, "probs row 0 is [0.7, 0.2] (sum 0.9); 1 row(s) are not probabilities"),
+    ([[1.2, -0.2]], [0], 15, "probs row 0"),
+    ([0.5, 0.5], [0, 1], 15, "probs must be (N, C)"),
+    ([[0.5, 0.5]], [2], 15, "labels must be class ids in [0, 2)"),
+    ([[0.5, 0.5]], [0.5], 15, "labels must be integer class ids"),
+    ([[np.nan, 0.5]], [0], 15, "NaN"),
+    ([[0.5, 0.5]], [0], 0, "n_bins must be an integer >= 1, got 0"),
+    ([], [], 15, "probs must be (N, C)"),
+])
+def test_ece_bad_input_names_the_problem(probs, labels, n_bins, message):
+    with pytest.raises(ValueError) as e:
+        M.calibration_bins(probs, labels, n_bins)
+    assert message in str(e.value)
+    with pytest.raises(ValueError):
+        ece(probs, labels, n_bins)
+
+
 # ---------------------------------------------------------------- classification_metrics and directions
 
 def test_classification_metrics_selects_and_orders():

@@ -1,0 +1,264 @@
+"""method=eat_bench: what EAT's three ideas are worth in time, measured side by side in one process.
+
+  latency  Every contender runs on each timed eval example in turn (A B C ... per example, after warm-up examples), at
+           batch 1 without padding: p50/p90/p99 per contender, and the speed-up of each over the faster of the two
+           dense paths (our layer loop, the Hugging Face forward) with a bootstrap interval over the timed examples.
+           Then throughput at `batch_size`, interleaved passes. Contenders: dense, every subset of {prune, window,
+           exit} on the trained EAT weights (the ablation the paper lacks), the paper-code mode (zero-masking, dense
+           window mask, batch exit) and the shallower baseline model. Accuracy of each contender on the whole eval
+           split, with a paired bootstrap interval of its difference to the dense arm.
+  scaling  Forward time of one sequence of T real tokens (English Wikipedia) for T = 512 ... 4,096 on a random-init
+           encoder of `scaling_shape`: dense vs window only vs EAT (pruning + banded window) vs paper-code; log-log
+           slopes, with bootstrap intervals over the timed repeats.
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+import statistics
+import time
+from dataclasses import replace
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from eat import run as R
+from eat.model import EatModel, Settings
+from experiments import data as D
+from experiments.config import ModelConfig, load_group
+from experiments.context import RunContext
+from experiments.models import load_tokenizer, tokenizer_fingerprint
+from experiments.timing import sync
+
+log = logging.getLogger(__name__)
+COMPONENTS = ("prune", "window", "exit")
+
+
+def _arm(cfg: DictConfig, variant: str, model: DictConfig | None = None) -> DictConfig:
+    over = {"method": {"variant": variant, "name": "eat"}}
+    out = OmegaConf.merge(cfg, over)
+    if model is not None:
+        out.model = model
+    return out
+
+
+def ablation(s: Settings) -> dict[str, Settings]:
+    """Every subset of the three components on top of the EAT weights' chosen settings `s`."""
+    out = {}
+    for k in range(len(COMPONENTS) + 1):
+        for on in itertools.combinations(COMPONENTS, k):
+            t = replace(s, prune_ratio=s.prune_ratio if "prune" in on else 0.0,
+                        window=s.window if "window" in on else None, tau=s.tau if "exit" in on else None)
+            out["eat:" + ("+".join(on) or "none")] = t
+    return out
+
+
+def _hf_dense(model: EatModel):
+    """The dense arm through the Hugging Face encoder's own forward (+ the same head)."""
+    def forward(input_ids, attention_mask, token_type_ids=None):
+        h = model.encoder(input_ids=input_ids, attention_mask=attention_mask,
+                          token_type_ids=token_type_ids).last_hidden_state
+        return model.classifier(h[:, 0])
+    return forward
+
+
+def _contenders(dense: EatModel, eat: EatModel, base: EatModel | None) -> dict[str, tuple]:
+    """name -> (callable(batch) -> logits, depth, retention) in timing order."""
+    def ours(model: EatModel, s: Settings):
+        def forward(b):
+            with model.using(s):
+                o = model(**b)
+            return o.logits, o.depth, o.retention
+        return forward
+
+    hf = _hf_dense(dense)
+    out = {"dense_hf": lambda b: (hf(**b), None, None), "dense": ours(dense, dense.settings)}
+    s = eat.settings
+    out.update({name: ours(eat, t) for name, t in ablation(s).items()})
+    paper = replace(s, prune_rule="repo", prune_mode="mask", kernel="masked", exit_mode="batch")
+    out["paper_code"] = ours(eat, paper)
+    if base is not None:
+        out["baseline"] = ours(base, base.settings)
+    return out
+
+
+def _rows(feats, n: int, seed: int) -> list[dict]:
+    rows = D.rows_of(feats)
+    order = np.random.default_rng(seed).permutation(len(rows))[:n]
+    return [rows[i] for i in order]
+
+
+def _batch(rows: list[dict], pad: int, device) -> dict[str, torch.Tensor]:
+    return {k: v.to(device) for k, v in D.collate(rows, pad).items() if k != "labels"}
+
+
+def _boot_ratio(base: np.ndarray, other: np.ndarray, n_boot: int, seed: int, q: float = 50) -> list[float]:
+    """Replicates of percentile_q(base) / percentile_q(other) over the same resampled examples (paired)."""
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(base), (n_boot, len(base)))
+    return (np.percentile(base[idx], q, axis=1) / np.percentile(other[idx], q, axis=1)).tolist()
+
+
+def _boot_diff(a: np.ndarray, b: np.ndarray, n_boot: int, seed: int) -> tuple[float, float]:
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(a), (n_boot, len(a)))
+    reps = 100 * (a[idx].mean(1) - b[idx].mean(1))
+    return float(np.percentile(reps, 2.5)), float(np.percentile(reps, 97.5))
+
+
+def latency(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
+    m = cfg.method
+    data = R.load_data(cfg)
+    ctx.tokenizer_fingerprint = tokenizer_fingerprint(data.tok)
+    # the arms method=eat trains (reused from its checkpoint cache when the same training exists)
+    _, eat, _, sel = R.prepare(_arm(cfg, "eat"), ctx, data)
+    _, dense, _, _ = R.prepare(_arm(cfg, "dense"), ctx, data)
+    base = None
+    if m.baseline_model:
+        bcfg = _arm(cfg, "dense", load_group("model", m.baseline_model, ModelConfig, "method.baseline_model"))
+        _, base, _, _ = R.prepare(bcfg, ctx)
+    for model in (dense, eat, base):
+        if model is not None:
+            model.eval()
+    with torch.inference_mode():
+        return _time(cfg, ctx, data, dense, eat, base, sel)
+
+
+def _time(cfg, ctx, data, dense, eat, base, sel) -> dict[str, float]:
+    m, dev = cfg.method, ctx.device
+    pad = data.tok.pad_token_id
+    contenders = _contenders(dense, eat, base)
+    # accuracy, depth and retention of every contender on the whole eval split (batched: outputs do not depend on it)
+    rows = D.rows_of(data.evals)
+    labels = np.asarray(data.evals["labels"])
+    correct, out = {}, {}
+    for name, fn in contenders.items():
+        preds, depth, ret = [], [], []
+        for i in range(0, len(rows), cfg.hardware.eval_batch_size):
+            lg, d, r = fn(_batch(rows[i:i + cfg.hardware.eval_batch_size], pad, dev))
+            preds.append(lg.argmax(-1).cpu())
+            depth.append(d.cpu() if d is not None else torch.full((len(lg),), dense.num_layers))
+            ret.append(r.float().cpu() if r is not None else torch.ones(len(lg)))
+        correct[name] = (torch.cat(preds).numpy() == labels).astype(float)
+        out[f"acc/{name}"] = 100 * float(correct[name].mean())
+        out[f"depth/{name}"] = float(torch.cat(depth).float().mean())
+        out[f"retention/{name}"] = float(torch.cat(ret).mean())
+    # batch 1: each timed example runs through every contender in turn
+    timed = _rows(data.evals, m.warmup + m.n_latency, cfg.seed)
+    lat = {name: [] for name in contenders}
+    for j, row in enumerate(timed):
+        b = _batch([row], pad, dev)
+        for name, fn in contenders.items():
+            sync(dev)
+            t0 = time.perf_counter()
+            fn(b)
+            sync(dev)
+            if j >= m.warmup:
+                lat[name].append(1e3 * (time.perf_counter() - t0))
+    lat = {k: np.asarray(v) for k, v in lat.items()}
+    ref = min(("dense", "dense_hf"), key=lambda k: np.median(lat[k]))
+    reps = {}
+    for name, v in lat.items():
+        for q in (50, 90, 99):
+            out[f"latency/{name}_p{q}_ms"] = float(np.percentile(v, q))
+        out[f"latency/{name}_mean_ms"] = float(v.mean())
+        out[f"speedup/{name}_p50"] = float(np.median(lat[ref]) / np.median(v))
+        out[f"delta_acc/{name}"] = out[f"acc/{name}"] - out["acc/dense"]
+        reps[f"speedup/{name}_p50"] = _boot_ratio(lat[ref], v, m.bootstrap, cfg.seed)
+        lo, hi = _boot_diff(correct[name], correct["dense"], m.bootstrap, cfg.seed)
+        out[f"delta_acc/{name}_lo"], out[f"delta_acc/{name}_hi"] = lo, hi
+    # throughput at batch_size: interleaved passes over the timed examples
+    chunks = [timed[m.warmup:][i:i + m.batch_size] for i in range(0, m.n_latency, m.batch_size)]
+    batches = [_batch(c, pad, dev) for c in chunks]
+    passes = {name: [] for name in contenders}
+    for r in range(m.throughput_rounds + 1):
+        for name, fn in contenders.items():
+            sync(dev)
+            t0 = time.perf_counter()
+            for b in batches:
+                fn(b)
+            sync(dev)
+            if r:  # round 0 warms up
+                passes[name].append(time.perf_counter() - t0)
+    for name, ts in passes.items():
+        out[f"throughput/{name}_per_s"] = m.n_latency / statistics.median(ts)
+    out["eat/tau"] = eat.settings.tau if eat.settings.tau is not None else float("nan")
+    out["calib/temperature"] = float(eat.temperature)
+    ctx.extra.update(replicates=reps, reference=ref, contenders=list(contenders), tau_dev_accs=sel["dev_accs"],
+                     latency_ms={k: v.round(4).tolist() for k, v in lat.items()})
+    ctx.n_samples.update(timed=m.n_latency, warmup=m.warmup, eval_examples=len(rows), batch_size=m.batch_size)
+    return out
+
+
+def _long_sequences(tok, lengths: list[int], n: int) -> dict[int, list[list[int]]]:
+    """n sequences of exactly T real tokens per T: [CLS] + running English Wikipedia text (wiki-long)."""
+    texts = D.long_texts(min_words=0)
+    stream = []
+    for t in texts:
+        stream += tok(t, add_special_tokens=False)["input_ids"]
+        if len(stream) >= n * max(lengths):
+            break
+    if len(stream) < n * max(lengths):
+        raise ValueError(f"wiki-long holds {len(stream)} tokens; the scaling benchmark needs {n * max(lengths)}")
+    cls = tok.cls_token_id
+    return {T: [[cls, *stream[i * T:(i + 1) * T - 1]] for i in range(n)] for T in lengths}
+
+
+@torch.inference_mode()
+def scaling(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
+    from transformers import BertConfig, BertModel
+    m, dev = cfg.method, ctx.device
+    tok = load_tokenizer(cfg.model)
+    ctx.tokenizer_fingerprint = tokenizer_fingerprint(tok)
+    shape = dict(m.scaling_shape)
+    torch.manual_seed(cfg.seed)
+    enc = BertModel(BertConfig(vocab_size=len(tok), max_position_embeddings=max(m.lengths), **shape),
+                    add_pooling_layer=False)
+    n = shape["num_hidden_layers"]
+    after = tuple(l for l in m.prune_after if l < n)
+    model = EatModel(enc, 2, exit_layer=None, settings=Settings(prune_after=after)).to(dev).eval()
+    s = replace(R.settings_of(OmegaConf.merge(cfg.method, {"variant": "eat"})), prune_after=after, tau=None)
+    arms = {"dense": s.dense(), "window": replace(s, prune_ratio=0.0), "eat": s,
+            "paper_code": replace(s, prune_rule="repo", prune_mode="mask", kernel="masked")}
+    seqs = _long_sequences(tok, list(m.lengths), 1)
+    out, per = {}, {name: {} for name in arms}
+    for T in m.lengths:
+        ids = torch.tensor(seqs[T], device=dev)
+        b = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+        times = {name: [] for name in arms}
+        for r in range(m.repeats + 1):
+            for name, st in arms.items():
+                sync(dev)
+                t0 = time.perf_counter()
+                with model.using(st):
+                    model(**b)
+                sync(dev)
+                if r:
+                    times[name].append(1e3 * (time.perf_counter() - t0))
+        for name, ts in times.items():
+            per[name][T] = np.asarray(ts)
+            out[f"scaling/{name}_ms@{T}"] = float(np.median(ts))
+        log.info("scaling T=%d: %s", T, "  ".join(f"{k} {np.median(v):.1f} ms" for k, v in times.items()))
+    logT = np.log(np.asarray(m.lengths, dtype=float))
+    rng = np.random.default_rng(cfg.seed)
+    reps = {}
+    for name, by_t in per.items():
+        med = np.asarray([np.median(by_t[T]) for T in m.lengths])
+        out[f"scaling/{name}_slope"] = float(np.polyfit(logT, np.log(med), 1)[0])
+        boots = []
+        for _ in range(m.bootstrap):
+            med_b = [np.median(rng.choice(by_t[T], len(by_t[T]))) for T in m.lengths]
+            boots.append(float(np.polyfit(logT, np.log(med_b), 1)[0]))
+        reps[f"scaling/{name}_slope"] = boots
+    ctx.extra.update(replicates=reps, scaling_ms={k: {str(T): v.round(4).tolist() for T, v in d.items()}
+                                                  for k, d in per.items()}, shape=shape, prune_after=list(after))
+    ctx.n_samples.update(lengths=len(m.lengths), repeats=m.repeats)
+    return out
+
+
+def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
+    fns = {"latency": latency, "scaling": scaling}
+    if cfg.method.variant not in fns:
+        raise ValueError(f"method.variant={cfg.method.variant!r} is not one of {', '.join(fns)} for method=eat_bench")
+    return fns[cfg.method.variant](cfg, ctx)

@@ -1,0 +1,62 @@
+"""Configs of the Efficient Adaptive Transformer (torch-free: the registry imports this to validate `method=eat*`).
+Tags as in the spec (../shared/papers/eat.md): [P] paper, [R] official code, [S] the spec's suggestion, ours."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from experiments.config import MethodConfig
+
+VARIANTS = ("dense", "eat", "paper_code")
+
+
+@dataclass
+class EatConfig(MethodConfig):
+    """method=eat: fine-tune one arm on a classification task, then calibrate its exit head and choose tau on dev,
+    and score eval once. variant: dense (the encoder fine-tuned alone: the baseline), eat (physical pruning, banded
+    local attention, per-example exit: what the three ideas are when built for real) or paper_code (the official
+    code's behaviour: zero-masked pruning under its keep rule, a dense (T, T) window mask, batch-level exit).
+    Trained weights are cached (keyed by everything that determines them), so method=eat_bench reuses them."""
+    name: str = "eat"
+    variant: str = "eat"
+    exit_layer: Optional[int] = 4  # the early-exit head [P]; null: none
+    patience_layer: Optional[int] = 3  # a head for the patience rule [P §7; absent from the code R]; null: none
+    exit_weight: float = 0.3  # lambda of every intermediate head's CE [P Eq. 1, R]
+    prune_after: list[int] = field(default_factory=lambda: [2, 4])  # [P]
+    prune_ratio: float = 0.3  # [P]
+    prune_rule: str = "paper"  # paper: 1 + ceil(0.7 (t-1)) | repo: ceil(0.7 t) (paper_code uses repo)
+    scorer: str = "l2"  # l2 [P] | attention (attention mass received, the Alg. 1 alternative)
+    window: Optional[int] = 16  # ±16 positions + global [CLS] [P, R]; null: full attention
+    anneal: str = "epoch"  # epoch: epoch e of E prunes p (e-1)/(E-1) (epoch 1 none) [P §4, R] | none: p throughout
+    taus: list[float] = field(default_factory=lambda: [0.8, 0.85, 0.9, 0.95])  # swept on dev [P]
+    tau_tolerance: float = 1.0  # ours: the smallest tau whose dev accuracy is within this many points of no exit
+    patience: bool = False  # exit only when the patience head agrees [P §7]
+    calibrate: bool = True  # temperature-scale the exit head on dev when its ECE exceeds ece_threshold [P §7.2]
+    ece_threshold: float = 0.02  # [P]
+    ece_bins: int = 15  # [P]
+    distill: bool = False  # KD from the dense arm (same model, same recipe) on the final head [P Eq. 2; not in R]
+    distill_temperature: float = 2.0  # [P]
+    distill_mu: float = 0.5  # [P]
+    checkpoint_dir: Optional[str] = None  # default: $STRATA_CACHE/eat-checkpoints
+
+
+@dataclass
+class EatBenchConfig(EatConfig):
+    """method=eat_bench: speed measured side by side in one process (the suite's interleaved timing).
+    variant latency: per-example latency (p50/p90/p99) at batch 1 and throughput at `batch_size`, for the dense arm
+    (our loop and the Hugging Face forward), every subset of EAT's three components on the trained EAT weights (the
+    ablation the paper lacks), the paper-code mode and `baseline_model` (a shallower encoder fine-tuned as the dense
+    arm: the DistilBERT-style baseline). variant scaling: cost vs sequence length on a random-init encoder of
+    `scaling_shape` (the packaged encoders stop at 512 positions), dense vs EAT vs paper-code, log-log slopes."""
+    name: str = "eat_bench"
+    variant: str = "latency"
+    baseline_model: Optional[str] = "minilm-l3"  # conf/model/<name>; null: no baseline arm
+    n_latency: int = 300  # eval examples timed one at a time (each contender in turn on each example)
+    warmup: int = 20  # untimed examples first
+    batch_size: int = 32  # throughput [P]
+    throughput_rounds: int = 3  # interleaved passes over the timed examples in batches
+    bootstrap: int = 1000  # resamples of the timed examples for the speed-up intervals
+    lengths: list[int] = field(default_factory=lambda: [512, 1024, 2048, 4096])  # scaling
+    repeats: int = 5  # scaling: timed rounds per length (medians)
+    scaling_shape: dict = field(default_factory=lambda: {"hidden_size": 256, "num_hidden_layers": 4,
+                                                         "num_attention_heads": 4, "intermediate_size": 1024})

@@ -1,0 +1,288 @@
+"""method=eat: fine-tune one arm (dense | eat | paper_code) on a classification task, calibrate the exit head and choose
+tau on dev, then score eval once at the chosen tau and at every swept tau (the frontier).
+
+Training [P Alg. 2, R]: CE(final) + 0.3 CE(exit head) (+ 0.3 CE(patience head)); pruning annealed per epoch (epoch e of
+E prunes p (e-1)/(E-1)); local attention on throughout; no exit while training. The checkpoint is chosen on dev with
+the arm's full inference settings minus the exit (pruning at its target). Weights are cached under
+$STRATA_CACHE/eat-checkpoints keyed by everything that determines them, so method=eat_bench times the same models.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from eat.calibration import fit_temperature
+from eat.config import VARIANTS
+from eat.model import Distilled, EatModel, Settings
+from experiments import data as D
+from experiments import metrics as M
+from experiments.assets import cache_dir
+from experiments.context import RunContext
+from experiments.evaluate import evaluate
+from experiments.finetune import encode_dev, record_samples
+from experiments.models import load_encoder, tokenizer_fingerprint
+from experiments.results import write_json
+from experiments.train import fit
+
+log = logging.getLogger(__name__)
+TRAINING_KEYS = ("variant", "exit_layer", "patience_layer", "exit_weight", "prune_after", "prune_ratio", "prune_rule",
+                 "scorer", "window", "anneal", "distill", "distill_temperature", "distill_mu")
+CHECKPOINT_VERSION = 1  # bump when training semantics change: old checkpoints are then never read
+
+
+def settings_of(m: DictConfig) -> Settings:
+    """The arm's inference settings without an exit threshold (tau is chosen on dev)."""
+    if m.variant not in VARIANTS:
+        raise ValueError(f"method.variant={m.variant!r} is not one of {', '.join(VARIANTS)}")
+    if m.variant == "dense":
+        return Settings().dense()
+    s = Settings(prune_after=tuple(m.prune_after), prune_ratio=m.prune_ratio, prune_rule=m.prune_rule,
+                 scorer=m.scorer, window=m.window, patience=m.patience)
+    if m.variant == "paper_code":  # the official code: zero-masking under its keep rule, dense mask, batch exit [R]
+        s = replace(s, prune_rule="repo", prune_mode="mask", kernel="masked", exit_mode="batch")
+    return s
+
+
+def check(cfg: DictConfig) -> None:
+    """Refusals before any work."""
+    m = cfg.method
+    if cfg.task.type not in ("cls", "pair"):
+        raise ValueError(f"method={m.name} classifies sentences (pairs); task={cfg.task.name} is type "
+                         f"{cfg.task.type}: use a cls/pair task (rt-polarity, vitaminc, movie-reviews)")
+    if m.anneal not in ("epoch", "none"):
+        raise ValueError(f"method.anneal={m.anneal!r} is not one of epoch, none")
+    if not m.taus or any(not 0 < t <= 1 for t in m.taus):
+        raise ValueError(f"method.taus={list(m.taus)}: give thresholds in (0, 1]")
+    if m.variant != "dense" and m.exit_layer is not None and m.exit_layer >= cfg.model.num_layers:
+        raise ValueError(f"method.exit_layer={m.exit_layer} but model={cfg.model.name} has {cfg.model.num_layers} "
+                         "layers: pick a layer below the last")
+    settings_of(m)
+
+
+@dataclass
+class Data:
+    tok: object
+    raw: object
+    train: object
+    dev: object
+    evals: object
+
+
+def load_data(cfg: DictConfig, tok=None) -> Data:
+    if tok is None:
+        tok, _ = load_encoder(cfg.model)
+    raw = D.load_splits(cfg.task, cfg.data)
+    n = D.max_length(cfg.task, cfg.data)
+    return Data(tok, raw, D.encode(raw["train"], tok, cfg.task, n, train=True), encode_dev(cfg, tok, raw),
+                D.encode(raw["eval"], tok, cfg.task, n, train=False))
+
+
+def build(cfg: DictConfig) -> EatModel:
+    m = cfg.method
+    _, enc = load_encoder(cfg.model)
+    dense = m.variant == "dense"  # the baseline is the encoder fine-tuned alone: no extra heads
+    return EatModel(enc, len(cfg.task.label_names), exit_layer=None if dense else m.exit_layer,
+                    patience_layer=None if dense else m.patience_layer, exit_weight=m.exit_weight,
+                    settings=settings_of(m))
+
+
+def checkpoint_path(cfg: DictConfig, ctx: RunContext) -> Path:
+    m = cfg.method
+    what = {"version": CHECKPOINT_VERSION, "model": OmegaConf.to_container(cfg.model, resolve=True),
+            "task": OmegaConf.to_container(cfg.task, resolve=True),
+            "data": OmegaConf.to_container(cfg.data, resolve=True),
+            "train": {k: v for k, v in OmegaConf.to_container(cfg.train, resolve=True).items() if k != "progress"},
+            "method": {k: OmegaConf.to_container(m, resolve=True)[k] for k in TRAINING_KEYS},
+            "seed": cfg.seed, "batch_size": cfg.hardware.batch_size, "precision": cfg.hardware.precision,
+            "device": ctx.device.type}
+    key = hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:20]
+    root = Path(m.checkpoint_dir) if m.checkpoint_dir else cache_dir() / "eat-checkpoints"
+    return root / f"{m.variant}-{cfg.model.name}-{cfg.task.name}-{key}"
+
+
+def _save(path: Path, model: EatModel, info: dict) -> None:
+    from safetensors.torch import save_file
+    path.mkdir(parents=True, exist_ok=True)
+    tmp = path / "weights.safetensors.tmp"
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp))
+    tmp.replace(path / "weights.safetensors")
+    write_json(path / "train.json", info)  # written last: its presence says the weights are complete
+
+
+def _load(path: Path, model: EatModel) -> dict | None:
+    """The cached training, or None when absent, incomplete or unreadable (then it is retrained, never used)."""
+    from safetensors.torch import load_file
+    try:
+        info = json.loads((path / "train.json").read_text())
+        state = load_file(str(path / "weights.safetensors"))
+        model.load_state_dict(state, strict=True)
+        return info
+    except FileNotFoundError:
+        return None
+    except Exception as e:  # a truncated or foreign file
+        log.warning("eat: ignoring the unreadable checkpoint %s (%s); retraining", path, e)
+        return None
+
+
+def train_arm(cfg: DictConfig, ctx: RunContext, data: Data) -> tuple[EatModel, dict]:
+    """The arm's trained model (from the cache when its exact training exists) and its training summary."""
+    model = build(cfg)
+    path = checkpoint_path(cfg, ctx)
+    info = _load(path, model)
+    if info is not None:
+        log.info("eat: reusing the %s checkpoint %s", cfg.method.variant, path)
+        return model.to(ctx.device), {**info, "cached": True}
+    m, pad = cfg.method, data.tok.pad_token_id
+    target = model.settings
+    train_settings = target if m.variant == "dense" else replace(target, tau=None)
+    batches, n_batches = D.train_batches(data.train, cfg.hardware.batch_size, pad, cfg.seed,
+                                         cfg.train.group_by_length)
+    epochs = max(1, math.ceil(cfg.train.epochs))
+
+    def annealed(epoch: int):
+        frac = 1.0 if m.anneal == "none" or epochs == 1 else min(1.0, epoch / (epochs - 1))
+        model.settings = replace(train_settings, prune_ratio=train_settings.prune_ratio * frac)
+        return batches(epoch)
+
+    trainee = model
+    if m.distill and m.variant != "dense":
+        teacher, _ = train_arm(OmegaConf.merge(cfg, {"method": {"variant": "dense", "distill": False}}), ctx, data)
+        trainee = Distilled(model, teacher.to(ctx.device), m.distill_temperature, m.distill_mu)
+    dev_split = "dev" if data.dev is not None else "eval"
+    dev_feats = data.dev if data.dev is not None else data.evals
+
+    def select(_):
+        with model.using(target):  # the checkpoint is judged as it will run, minus the exit
+            return evaluate(model, dev_feats, data.raw[dev_split], cfg.task, cfg.hardware.eval_batch_size,
+                            ctx.device, pad).as_split("dev")
+    res = fit(trainee, annealed, n_batches, cfg.train, evaluate=select, objective="dev/accuracy",
+              higher_is_better=True, device=ctx.device, precision=cfg.hardware.precision)
+    model.settings = target
+    info = {"steps": res.steps, "best_step": res.best_step, "epochs": res.epochs, "train_s": res.train_s,
+            "step_ms": res.step_ms, "history": res.history, "dev/accuracy": res.best["dev/accuracy"]}
+    _save(path, model, info)
+    return model, {**info, "cached": False}
+
+
+@torch.inference_mode()
+def predict(model: EatModel, feats, pad: int, batch_size: int, device, settings: Settings) -> dict[str, np.ndarray]:
+    """Logits, depth and retention per example, and (no exit) the exit head's logits."""
+    rows = D.rows_of(feats)
+    model.eval()
+    out = {"logits": [], "depth": [], "retention": [], "exit_logits": []}
+    with model.using(settings):
+        for i in range(0, len(rows), batch_size):
+            b = {k: v.to(device) for k, v in D.collate(rows[i:i + batch_size], pad).items() if k != "labels"}
+            o = model(**b)
+            out["logits"].append(o.logits.float().cpu())
+            out["depth"].append(o.depth.cpu())
+            out["retention"].append(o.retention.float().cpu())
+            if settings.tau is None and model.exit_layer is not None:
+                out["exit_logits"].append(o.layer_logits[model.exit_layer].float().cpu())
+    res = {k: torch.cat(v).numpy() for k, v in out.items() if v}
+    res["labels"] = np.asarray(feats["labels"])
+    res["length"] = np.asarray([len(r["input_ids"]) for r in rows])
+    return res
+
+
+def _probs(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
+    return torch.softmax(torch.as_tensor(logits, dtype=torch.float64) / temperature, -1).numpy()
+
+
+def _acc(p: dict) -> float:
+    return float((p["logits"].argmax(1) == p["labels"]).mean())
+
+
+def calibrate(cfg: DictConfig, model: EatModel, dev: dict, evals: dict) -> dict[str, float]:
+    """ECE of the exit head (15 bins) on dev and eval; temperature fitted on dev when dev ECE > threshold [P §7.2]."""
+    m = cfg.method
+    if model.exit_layer is None:
+        return {}
+    out = {"calib/ece_dev_before": M.ece(_probs(dev["exit_logits"]), dev["labels"], m.ece_bins),
+           "calib/ece_eval_before": M.ece(_probs(evals["exit_logits"]), evals["labels"], m.ece_bins)}
+    t = 1.0
+    if m.calibrate and out["calib/ece_dev_before"] > m.ece_threshold:
+        t = float(fit_temperature(torch.as_tensor(dev["exit_logits"]), torch.as_tensor(dev["labels"])))
+    model.temperature.fill_(t)
+    out.update({"calib/temperature": t,
+                "calib/ece_dev_after": M.ece(_probs(dev["exit_logits"], t), dev["labels"], m.ece_bins),
+                "calib/ece_eval_after": M.ece(_probs(evals["exit_logits"], t), evals["labels"], m.ece_bins)})
+    return out
+
+
+def choose_tau(cfg: DictConfig, model: EatModel, dev_feats, pad: int, base_acc: float,
+               device) -> tuple[float | None, dict]:
+    """The smallest swept tau (the most exits) whose dev accuracy stays within tau_tolerance points of no exit;
+    None (no exit) when none does."""
+    m, s = cfg.method, model.settings
+    accs = {}
+    for tau in sorted(m.taus):
+        p = predict(model, dev_feats, pad, cfg.hardware.eval_batch_size, device, replace(s, tau=tau))
+        accs[tau] = _acc(p)
+    ok = [t for t in sorted(accs) if 100 * (accs[t] - base_acc) >= -m.tau_tolerance]
+    return (ok[0] if ok else None), accs
+
+
+def prepare(cfg: DictConfig, ctx: RunContext, data: Data | None = None):
+    """Everything an arm needs to be scored or timed: data, the trained model with its exit head calibrated and
+    its tau chosen on dev, and what was measured on the way."""
+    check(cfg)
+    data = data or load_data(cfg)
+    model, info = train_arm(cfg, ctx, data)
+    pad, bs = data.tok.pad_token_id, cfg.hardware.eval_batch_size
+    s = model.settings
+    dev_feats = data.dev if data.dev is not None else data.evals
+    dev = predict(model, dev_feats, pad, bs, ctx.device, s)
+    evals = predict(model, data.evals, pad, bs, ctx.device, s)
+    out = {"dev/accuracy_no_exit": _acc(dev), **calibrate(cfg, model, dev, evals)}
+    tau, dev_accs = (None, {})
+    if model.exit_layer is not None and cfg.method.variant != "dense":
+        tau, dev_accs = choose_tau(cfg, model, dev_feats, pad, _acc(dev), ctx.device)
+    model.settings = replace(s, tau=tau)
+    return data, model, info, {"tau": tau, "dev_accs": dev_accs, "no_exit": evals, "metrics": out}
+
+
+def score(p: dict, task: DictConfig) -> dict[str, float]:
+    preds = p["logits"].argmax(1)
+    out = M.classification_metrics(list(task.metrics), preds, p["labels"])
+    out.update(M.majority_baselines(p["labels"], ["accuracy", *task.metrics]))
+    return {f"eval/{k}": float(v) for k, v in out.items()}
+
+
+def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
+    data, model, info, sel = prepare(cfg, ctx)
+    ctx.tokenizer_fingerprint = tokenizer_fingerprint(data.tok)
+    record_samples(cfg, ctx, data.raw, data.train, data.evals)
+    pad, bs, m = data.tok.pad_token_id, cfg.hardware.eval_batch_size, cfg.method
+    chosen = predict(model, data.evals, pad, bs, ctx.device, model.settings)
+    no_exit = sel["no_exit"]
+    metrics = {**score(chosen, cfg.task), **sel["metrics"],
+               "eval/accuracy_no_exit": _acc(no_exit), "eval/avg_depth": float(chosen["depth"].mean()),
+               "eval/avg_retention": float(chosen["retention"].mean()),
+               "eat/tau": sel["tau"] if sel["tau"] is not None else float("nan"),
+               "train/steps": info["steps"], "train/best_step": info["best_step"], "time/train_s": info["train_s"],
+               "time/step_ms": info["step_ms"]}
+    frontier = []
+    if model.exit_layer is not None and m.variant != "dense":
+        for tau in sorted(m.taus):
+            p = predict(model, data.evals, pad, bs, ctx.device, replace(model.settings, tau=tau))
+            frontier.append({"tau": tau, "accuracy": _acc(p), "avg_depth": float(p["depth"].mean()),
+                             "avg_retention": float(p["retention"].mean()), "dev_accuracy": sel["dev_accs"][tau],
+                             "exit_hist": {int(d): int(n) for d, n in zip(*np.unique(p["depth"], return_counts=True))}})
+    ctx.per_example["eval"] = {"pred": chosen["logits"].argmax(1).tolist(), "label": chosen["labels"].tolist()}
+    ctx.extra.update(history=info["history"], checkpoint_cached=info["cached"], frontier=frontier,
+                     detail={"length": chosen["length"].tolist(), "retention": chosen["retention"].round(4).tolist(),
+                             "depth": chosen["depth"].tolist()},
+                     reliability={when: {k: v.tolist() for k, v in M.calibration_bins(
+                         _probs(no_exit["exit_logits"], t), no_exit["labels"], m.ece_bins).items()}
+                         for when, t in (("before", 1.0), ("after", float(model.temperature)))}
+                     if "exit_logits" in no_exit else {})
+    return metrics

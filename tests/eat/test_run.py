@@ -1,0 +1,104 @@
+"""method=eat and method=eat_bench through the suite's runner on tiny-bert and the rt-polarity fixture: every arm runs,
+trained weights are cached and reused (a corrupt cache is retrained, never read), bad configs are refused before any
+work, and the benchmark's ablation covers every subset of the three components."""
+import json
+
+import numpy as np
+import pytest
+
+from eat import bench as B
+from eat.model import Settings
+from experiments.run import execute
+
+TINY = ("method.exit_layer=3", "method.patience_layer=2", "method.prune_after=[1,2]", "method.window=4")
+
+
+def run(smoke_cfg, tmp_path, *overrides, method="eat"):
+    cfg = smoke_cfg(f"method={method}", f"method.checkpoint_dir={tmp_path / 'ckpt'}", *TINY, *overrides)
+    rec = execute(cfg, tmp_path / "out" / cfg.run_id)
+    assert rec["status"] == "ok", rec.get("error")
+    return rec
+
+
+@pytest.mark.parametrize("variant", ["dense", "eat", "paper_code"])
+def test_every_arm_runs_and_reports_the_papers_columns(variant, smoke_cfg, tmp_path):
+    m = run(smoke_cfg, tmp_path, f"method.variant={variant}")
+    rec = m["metrics"]
+    assert 0 <= rec["eval/accuracy"] <= 1 and 1 <= rec["eval/avg_depth"] <= 4
+    if variant == "dense":
+        assert rec["eval/avg_retention"] == 1.0 and rec["eval/avg_depth"] == 4
+    else:
+        assert rec["eval/avg_retention"] < 1.0  # pruned after layers 1 and 2
+        assert {f["tau"] for f in m["extra"]["frontier"]} == {0.8, 0.85, 0.9, 0.95}
+        assert "calib/ece_eval_before" in rec and rec["calib/temperature"] > 0
+    pe = m["per_example"]["eval"]
+    assert np.mean(np.asarray(pe["pred"]) == np.asarray(pe["label"])) == pytest.approx(rec["eval/accuracy"])
+
+
+def test_trained_weights_are_cached_and_a_corrupt_cache_is_retrained(smoke_cfg, tmp_path):
+    first = run(smoke_cfg, tmp_path, "force=true")
+    again = run(smoke_cfg, tmp_path, "force=true")
+    assert not first["extra"]["checkpoint_cached"] and again["extra"]["checkpoint_cached"]
+    assert again["metrics"]["eval/accuracy"] == first["metrics"]["eval/accuracy"]
+    assert again["per_example"] == first["per_example"]
+    (weights,) = (tmp_path / "ckpt").glob("eat-*/weights.safetensors")
+    weights.write_bytes(weights.read_bytes()[:100])  # truncated
+    healed = run(smoke_cfg, tmp_path, "force=true")
+    assert not healed["extra"]["checkpoint_cached"]
+    assert healed["per_example"] == first["per_example"]  # retrained from the same seed: the same model
+
+
+def test_a_different_training_gets_its_own_checkpoint(smoke_cfg, tmp_path):
+    run(smoke_cfg, tmp_path)
+    run(smoke_cfg, tmp_path, "method.prune_ratio=0.5")
+    run(smoke_cfg, tmp_path, "method.taus=[0.9]")  # inference-only: no new training
+    assert len(list((tmp_path / "ckpt").glob("eat-*"))) == 2
+
+
+@pytest.mark.parametrize("override,match", [
+    ("task=wnut16", "cls/pair task"),
+    ("method.exit_layer=4", "below the last"),
+    ("method.variant=sparse", "dense, eat, paper_code"),
+    ("method.taus=[0.0]", "thresholds in"),
+])
+def test_bad_configs_are_refused_before_training(override, match, smoke_cfg, tmp_path):
+    cfg = smoke_cfg("method=eat", f"method.checkpoint_dir={tmp_path / 'ckpt'}", *TINY, override)
+    with pytest.raises(ValueError, match=match):
+        execute(cfg, tmp_path / "out")
+    assert not (tmp_path / "ckpt").exists()
+
+
+def test_the_ablation_is_every_subset_of_the_three_components():
+    s = Settings(tau=0.9)
+    arms = B.ablation(s)
+    assert len(arms) == 8 and arms["eat:prune+window+exit"] == s
+    assert arms["eat:none"] == s.dense()
+    assert arms["eat:exit"].tau == 0.9 and arms["eat:exit"].window is None and arms["eat:exit"].prune_ratio == 0
+
+
+def test_latency_bench_times_every_contender(smoke_cfg, tmp_path):
+    rec = run(smoke_cfg, tmp_path, "method.n_latency=6", "method.warmup=2", "method.batch_size=4",
+              "method.throughput_rounds=1", "method.bootstrap=50", "method.baseline_model=tiny-bert",
+              method="eat_bench")
+    m = rec["metrics"]
+    names = rec["extra"]["contenders"]
+    assert {"dense", "dense_hf", "paper_code", "baseline", "eat:none", "eat:prune+window+exit"} <= set(names)
+    for name in names:
+        assert m[f"latency/{name}_p50_ms"] <= m[f"latency/{name}_p99_ms"]
+        assert len(rec["extra"]["replicates"][f"speedup/{name}_p50"]) == 50
+        assert m[f"throughput/{name}_per_s"] > 0
+    # the three dense paths compute the same predictions
+    assert m["acc/dense"] == m["acc/dense_hf"]
+    assert m["delta_acc/dense"] == 0.0 and m["retention/eat:none"] == 1.0 and m["depth/eat:none"] == 4
+
+
+def test_scaling_bench_fits_slopes(smoke_cfg, tmp_path, monkeypatch):
+    monkeypatch.setattr("experiments.data.long_texts", lambda min_words=0: ["word " * 400] * 5)
+    rec = run(smoke_cfg, tmp_path, "method.variant=scaling", "method.lengths=[64,128]", "method.repeats=2",
+              "method.bootstrap=20",
+              "method.scaling_shape={hidden_size:32,num_hidden_layers:4,num_attention_heads:2,intermediate_size:64}",
+              method="eat_bench")
+    m = rec["metrics"]
+    for arm in ("dense", "window", "eat", "paper_code"):
+        assert m[f"scaling/{arm}_ms@64"] > 0 and np.isfinite(m[f"scaling/{arm}_slope"])
+    json.dumps(rec["extra"]["scaling_ms"])
