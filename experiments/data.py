@@ -45,6 +45,19 @@ def load_rows(task: DictConfig, data: DictConfig, split: str) -> list[dict] | da
     return datasets.load_dataset(task.hf.path, task.hf.name, split=split)
 
 
+def long_texts(min_words: int = 0) -> list[str]:
+    """English Wikipedia documents (the wiki-long asset, 1,000 documents, source order) of at least `min_words`
+    whitespace words: real text to fill sequences of up to thousands of tokens in scaling benchmarks."""
+    if not isinstance(min_words, int) or min_words < 0:
+        raise ValueError(f"long_texts: min_words={min_words!r}; give a whole number of words >= 0")
+    rows = read_jsonl(require("data", "wiki-long") / "docs.jsonl")
+    texts = [r["text"] for r in rows if r["words"] >= min_words]
+    if not texts:
+        raise ValueError(f"long_texts: no wiki-long document has {min_words} words (the longest has "
+                         f"{max(r['words'] for r in rows)}); lower min_words")
+    return texts
+
+
 def load_splits(task: DictConfig, data: DictConfig) -> datasets.DatasetDict:
     """train/eval (and dev, when task.splits names one or task.dev_from_train carves one from train) splits of `task`,
     each capped to a fixed random subset when data.limit_* is set (dev takes limit_eval)."""

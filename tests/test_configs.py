@@ -10,7 +10,7 @@ from tests.conftest import CONF, REPO, compose
 
 GROUP_FILES = {g: sorted(p.stem for p in (CONF / g).glob("*.yaml")) for g in ("model", "task", "method", "hardware")}
 EXPERIMENTS = sorted(str(p.relative_to(CONF / "experiment").with_suffix("")) for p in (CONF / "experiment").rglob("*.yaml"))
-PAPER_PACKAGES = ("reverse_probing", "layer_fusion", "eat")  # not implemented yet
+PAPER_PACKAGES = ("reverse_probing", "layer_fusion")  # not implemented yet
 
 
 @pytest.mark.parametrize("group,name", [(g, n) for g, names in GROUP_FILES.items() for n in names])
@@ -42,7 +42,7 @@ def test_registry_has_schema_yaml_and_package_for_every_method():
 def test_unimplemented_paper_packages_say_so_and_are_not_registered(pkg):
     assert "not implemented yet" in (REPO / pkg / "README.md").read_text().lower()
     assert pkg not in registry.METHODS
-    with pytest.raises(registry.UnknownMethodError, match="valid methods: finetune"):
+    with pytest.raises(registry.UnknownMethodError, match="valid methods: .*finetune"):
         registry.resolve(pkg)
 
 
