@@ -10,45 +10,51 @@ The window rule [R] (official code): key j is visible to query i iff both are va
 
 ``banded_attention`` computes the same result in O(T·(window + chunk)): positions are distinct increasing integers, so
 every key within ±window original positions of query i lies within ±window slots of i. Query blocks of ``chunk`` slots
-attend to one overlapping key span of chunk + 2·window slots (a strided ``unfold`` view, one batched matmul; Longformer's
-sliding chunks with a single span instead of three blocks), masked by |Δpos| <= window and validity (keys further than
-±window slots have |Δpos| > window, as positions strictly increase);
+attend to one overlapping key span of chunk + 2·window slots (a strided ``unfold`` view; the blocks go on SDPA's batch
+axis, one fused call; Longformer's sliding chunks with a single span instead of three blocks), masked by
+|Δpos| <= window and validity (keys further than ±window slots have |Δpos| > window, as positions strictly increase);
 slot 0 is left out of the local span and added back once as a global key for every query; row 0 ([CLS]) attends to all
 valid keys densely (O(T)). Positions that do not strictly increase over the valid slots break the equivalence.
 
-Measured (this 2-core CPU machine, shared; torch 2.13 CPU; forward only, B=1, H=4, dh=64, window=16, median ms of
-interleaved repeats; log-log slope from T=512 to 4096):
+Measured by hand (not a test) on the shared 2-core CPU box, torch 2.13 CPU, forward under inference_mode, B=1, H=4,
+dh=64, window=16, all tokens valid, median ms of 40 interleaved repeats, two runs (load average ~3):
 
-    threads  T:     512    1024   2048   4096   slope
-    1  dense        2.6    9.3    35.3   141    1.92
-    1  banded       1.0    2.0     4.0   8.5    1.03
-    2  dense        1.6    5.2    18.8   81     1.89
-    2  banded       0.95   1.7     3.3   7.1    0.97
+    1 thread     T=512   1024   2048   4096   log-log slope 512→4096 (run 1 / run 2)
+    dense          3.4   13.3   52.6    212   1.99 / 1.98
+    banded         1.05   2.5    5.2   10.0   1.07 / 1.11
 
-Alternatives measured against the chunked kernel at the same settings (1 thread, T=512 / 4096):
-  - chunk size: 16 → 1.15 / 9.9 ms, 32 → 1.0 / 8.5 ms, 64 → 1.2 / 10.7 ms; 32 is the default.
-  - gathered neighbours (unfold the 2w+1 slots around each query, einsum over the strided view): 1.9 / 16 ms, exact
-    but ~2× slower (the einsum copies the (T, 33, dh) gather and multiplies 1×dh by dh×33 per query); not kept.
-  - ``torch.nn.attention.flex_attention`` with a block mask: eager mode materialises the full T×T score matrix (dense
-    cost); ``torch.compile`` on CPU: 9.5 / 140+ ms incl. ``create_block_mask`` per call (it evaluates the mask over
-    T² and must be rebuilt for every batch since positions change), kernel alone ~3 / 25 ms; slower than chunked, and
-    no dropout; not kept.
-Short rows: when one key span covers the whole row (T <= chunk + 2·window) ``method="auto"`` uses the masked-dense
-path (same mask, one fused SDPA call): equal up to float rounding (<= 1e-6 in fp32).
+With 2 threads on that box (load ~3 on 2 cores) the numbers are oversubscription noise, not kernel cost: dense
+6–8 / 15–16 / 57–59 / 220–227 ms, banded 1.4 / 6.1 / 8.5 / 128 ms in one run and 88 / 128 / 125 / 130 ms in the next
+(the kernel's ~15 small ops each wait for the second core; dense is a few large ones). Use 1 thread there.
+
+Alternatives, same settings, 1 thread, T=512 / 4096, each beside this kernel in one process:
+  - this kernel (chunk 32) 1.2 / 9.8 ms; chunk 16: 1.2 / 10.0; chunk 64: 1.5 / 11.0. The same chunks with an explicit
+    matmul-softmax-matmul instead of SDPA: 1.45 / 10.4 (CLS folded into the span) or 2.2 / 12.3 (CLS scored apart).
+  - (a) gathered neighbours (unfold the 2w+1 slots around each query, einsum over the strided view): 5.8 / 147 ms
+    (dense 3.6 / 208 in that run): the einsum materialises the (T, dh, 33) gather and does 1×dh·dh×33 products.
+    Not kept.
+  - (c) ``flex_attention`` + ``create_block_mask`` (mask_mod on pos/valid), torch.compile'd on CPU: kernel alone
+    5.4 / 47.6 ms, with the block mask rebuilt per call (positions change with every batch and pruning step; the mask
+    is evaluated over T²) 17.5 / 310 ms, beside banded 3.0 / 9.9 and dense 4.0 / 212; ~18 s compile; no dropout with a
+    mask. Not kept.
+  - paper-code ``masked_attention(window_mask(...))``: 4.7 / 892 ms beside dense 3.6 / 429 (a loaded run): slower than
+    dense, as spec §5 expects.
+Short rows (H=12, 1 thread): B=1, T=64: masked 0.24 ms vs chunked 0.36; T=128: chunked 0.40–0.61 vs masked 0.49–0.78
+(dh 32 / 64); B=32, dh=32: chunked 18.5 / 40.7 / 46.6 ms vs masked 17.2 / 36.2 / 60.4 at T=128 / 192 / 256. So
+``method="auto"`` takes the masked-dense path when one key span covers the row (T <= chunk + 2·window = 64); between 64
+and ~200 tokens the two are within noise at batch 32. Both paths compute the same mask; they agree to float rounding.
 """
 from __future__ import annotations
-
-import math
 
 import torch
 import torch.nn.functional as F
 
 METHODS = ("auto", "chunked", "masked")
-CHUNK = 32  # query block of the banded kernel; 16 and 64 measured slower (docstring)
+CHUNK = 32  # query block of the banded kernel; 16 measured the same, 64 slower (docstring)
 
 
 def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos=None, valid=None, mask=None) -> None:
-    """Shapes and dtypes, before any work: q/k/v (B, H, T, dh) float, pos (B, T) long, valid (B, T) / mask (B, T, T) bool."""
+    """Shapes and dtypes, before any work: q/k/v (B, H, T, dh) float, pos (B, T) long, valid (B, T) and mask bool."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor) or t.dim() != 4 or not t.is_floating_point():
             got = f"{tuple(t.shape)} {t.dtype}" if isinstance(t, torch.Tensor) else type(t).__name__
@@ -103,31 +109,29 @@ def masked_attention(q, k, v, mask, dropout_p: float = 0.0) -> torch.Tensor:
 def _chunked(q, k, v, pos, valid, window: int, chunk: int, dropout_p: float) -> torch.Tensor:
     B, H, T, dh = q.shape
     w = min(window, T - 1)  # slot reach: positions are distinct integers, so no key is further than T-1 slots
-    nb = -(-T // chunk)
+    nb = -(-T // chunk)  # query blocks
     pad = nb * chunk - T
-    span = chunk + 2 * w
-    q0, q = q[:, :, :1], q * (1.0 / math.sqrt(dh))
-    # local keys: slot 0 is taken out (it comes back once as the global key), as are padded slots
+    span = chunk + 2 * w  # local key slots of one block: [block start - w, block end + w)
+    # local keys: slot 0 is taken out (it comes first, once, as the global key), as are padded slots
     kvalid = valid.clone()
     kvalid[:, 0] = False
     kvalid = F.pad(kvalid, (w, pad + w)).unfold(1, span, chunk)  # (B, nb, span)
     kpos = F.pad(pos, (w, pad + w)).unfold(1, span, chunk)  # (B, nb, span)
     qpos = F.pad(pos, (0, pad)).view(B, nb, chunk)
-    local = ((qpos[..., None] - kpos[:, :, None, :]).abs() <= window) & kvalid[:, :, None, :]  # (B, nb, chunk, span)
+    local = ((qpos[..., None] - kpos[:, :, None, :]).abs() <= window) & kvalid[:, :, None, :]
+    mask = torch.cat([local.new_ones(B, nb, chunk, 1), local], -1)  # (B, nb, chunk, 1 + span)
 
-    qb = F.pad(q, (0, 0, 0, pad)).view(B, H, nb, chunk, dh)
-    kb = F.pad(k, (0, 0, w, pad + w)).unfold(2, span, chunk)  # (B, H, nb, dh, span), a strided view
-    vb = F.pad(v, (0, 0, w, pad + w)).unfold(2, span, chunk).transpose(-1, -2)  # (B, H, nb, span, dh)
-    scores = (qb @ kb).masked_fill(~local[:, None], float("-inf"))
-    cls = (qb @ k[:, :, None, 0, :, None])  # (B, H, nb, chunk, 1): the global [CLS] key, never masked
-    low = q.dtype in (torch.float16, torch.bfloat16)  # softmax in fp32 for half inputs, as SDPA does
-    p = torch.cat([cls, scores], -1).softmax(-1, dtype=torch.float32 if low else None).to(q.dtype)
-    if dropout_p > 0:
-        p = F.dropout(p, dropout_p)
-    out = p[..., 1:] @ vb + p[..., :1] * v[:, :, None, :1, :]
-    out = out.reshape(B, H, nb * chunk, dh)[:, :, 1:T]
+    def spans(x):  # (B, H, T, dh) -> (B·nb, H, 1 + span, dh): [CLS] then the block's key span (unfold: a strided view)
+        xs = F.pad(x, (0, 0, w, pad + w)).unfold(2, span, chunk).permute(0, 2, 1, 4, 3)  # (B, nb, H, span, dh)
+        return torch.cat([x[:, None, :, :1].expand(B, nb, H, 1, dh), xs], -2).reshape(B * nb, H, 1 + span, dh)
+
+    # blocks go to SDPA's batch axis: one fused call, its scale, fp32 softmax for half inputs and dropout
+    qb = F.pad(q, (0, 0, 0, pad)).view(B, H, nb, chunk, dh).transpose(1, 2).reshape(B * nb, H, chunk, dh)
+    out = F.scaled_dot_product_attention(qb, spans(k), spans(v), attn_mask=mask.view(B * nb, 1, chunk, 1 + span),
+                                         dropout_p=dropout_p)
+    out = out.view(B, nb, H, chunk, dh).transpose(1, 2).reshape(B, H, nb * chunk, dh)[:, :, 1:T]
     # row 0 ([CLS]) sees every valid key: one dense row, O(T)
-    row0 = F.scaled_dot_product_attention(q0, k, v, attn_mask=valid[:, None, None, :], dropout_p=dropout_p)
+    row0 = F.scaled_dot_product_attention(q[:, :, :1], k, v, attn_mask=valid[:, None, None, :], dropout_p=dropout_p)
     return torch.cat([row0, out], 2)
 
 

@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from eat import run as R
 from eat.model import EatModel, Settings
 from experiments import data as D
-from experiments.config import ModelConfig, load_group
+from experiments.config import ModelConfig, TaskConfig, load_group
 from experiments.context import RunContext
 from experiments.models import load_tokenizer, tokenizer_fingerprint
 from experiments.timing import sync
@@ -107,56 +107,59 @@ def _boot_diff(a: np.ndarray, b: np.ndarray, n_boot: int, seed: int) -> tuple[fl
     return float(np.percentile(reps, 2.5)), float(np.percentile(reps, 97.5))
 
 
-def latency(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
-    m = cfg.method
-    data = R.load_data(cfg)
-    ctx.tokenizer_fingerprint = tokenizer_fingerprint(data.tok)
-    # the arms method=eat trains (reused from its checkpoint cache when the same training exists)
+def _trained(cfg: DictConfig, ctx: RunContext, data: R.Data, baseline: bool = True):
+    """The arms method=eat trains (reused from its checkpoint cache when the same training exists), in eval mode; on a
+    GPU in the hardware's half precision (the paper times fp16 at batch 1 [P §6])."""
     _, eat, _, sel = R.prepare(_arm(cfg, "eat"), ctx, data)
     _, dense, _, _ = R.prepare(_arm(cfg, "dense"), ctx, data)
     base = None
-    if m.baseline_model:
-        bcfg = _arm(cfg, "dense", load_group("model", m.baseline_model, ModelConfig, "method.baseline_model"))
+    if baseline and cfg.method.baseline_model:
+        bcfg = _arm(cfg, "dense", load_group("model", cfg.method.baseline_model, ModelConfig, "method.baseline_model"))
         _, base, _, _ = R.prepare(bcfg, ctx)
+    half = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(cfg.hardware.precision)
     for model in (dense, eat, base):
         if model is not None:
             model.eval()
-    with torch.inference_mode():
-        return _time(cfg, ctx, data, dense, eat, base, sel)
+            if half is not None and ctx.device.type == "cuda":
+                model.to(half)
+    return dense, eat, base, sel
 
 
-def _time(cfg, ctx, data, dense, eat, base, sel) -> dict[str, float]:
-    m, dev = cfg.method, ctx.device
-    pad = data.tok.pad_token_id
-    contenders = _contenders(dense, eat, base)
-    # accuracy, depth and retention of every contender on the whole eval split (batched: outputs do not depend on it)
-    rows = D.rows_of(data.evals)
-    labels = np.asarray(data.evals["labels"])
+def _scores(contenders, rows, labels, batch_size, pad, dev, layers: int) -> tuple[dict, dict]:
+    """Accuracy (percent), depth and retention of every contender over `rows` (batched: no output depends on the
+    batch), and each contender's per-example correctness."""
     correct, out = {}, {}
     for name, fn in contenders.items():
         preds, depth, ret = [], [], []
-        for i in range(0, len(rows), cfg.hardware.eval_batch_size):
-            lg, d, r = fn(_batch(rows[i:i + cfg.hardware.eval_batch_size], pad, dev))
+        for i in range(0, len(rows), batch_size):
+            lg, d, r = fn(_batch(rows[i:i + batch_size], pad, dev))
             preds.append(lg.argmax(-1).cpu())
-            depth.append(d.cpu() if d is not None else torch.full((len(lg),), dense.num_layers))
+            depth.append(d.cpu() if d is not None else torch.full((len(lg),), layers))
             ret.append(r.float().cpu() if r is not None else torch.ones(len(lg)))
         correct[name] = (torch.cat(preds).numpy() == labels).astype(float)
         out[f"acc/{name}"] = 100 * float(correct[name].mean())
         out[f"depth/{name}"] = float(torch.cat(depth).float().mean())
         out[f"retention/{name}"] = float(torch.cat(ret).mean())
-    # batch 1: each timed example runs through every contender in turn
-    timed = _rows(data.evals, m.warmup + m.n_latency, cfg.seed)
+    return out, correct
+
+
+def _batch1(contenders, rows, warmup: int, pad, dev) -> dict[str, np.ndarray]:
+    """ms per example at batch 1, each example through every contender in turn (after `warmup` untimed examples)."""
     lat = {name: [] for name in contenders}
-    for j, row in enumerate(timed):
+    for j, row in enumerate(rows):
         b = _batch([row], pad, dev)
         for name, fn in contenders.items():
             sync(dev)
             t0 = time.perf_counter()
             fn(b)
             sync(dev)
-            if j >= m.warmup:
+            if j >= warmup:
                 lat[name].append(1e3 * (time.perf_counter() - t0))
-    lat = {k: np.asarray(v) for k, v in lat.items()}
+    return {k: np.asarray(v) for k, v in lat.items()}
+
+
+def _speed(out: dict, lat: dict, correct: dict, n_boot: int, seed: int) -> tuple[dict, str]:
+    """Percentiles, speed-up over the faster dense path (with bootstrap replicates) and Δ accuracy [CI] per contender."""
     ref = min(("dense", "dense_hf"), key=lambda k: np.median(lat[k]))
     reps = {}
     for name, v in lat.items():
@@ -165,22 +168,38 @@ def _time(cfg, ctx, data, dense, eat, base, sel) -> dict[str, float]:
         out[f"latency/{name}_mean_ms"] = float(v.mean())
         out[f"speedup/{name}_p50"] = float(np.median(lat[ref]) / np.median(v))
         out[f"delta_acc/{name}"] = out[f"acc/{name}"] - out["acc/dense"]
-        reps[f"speedup/{name}_p50"] = _boot_ratio(lat[ref], v, m.bootstrap, cfg.seed)
-        lo, hi = _boot_diff(correct[name], correct["dense"], m.bootstrap, cfg.seed)
+        reps[f"speedup/{name}_p50"] = _boot_ratio(lat[ref], v, n_boot, seed)
+        lo, hi = _boot_diff(correct[name], correct["dense"], n_boot, seed)
         out[f"delta_acc/{name}_lo"], out[f"delta_acc/{name}_hi"] = lo, hi
-    # throughput at batch_size: interleaved passes over the timed examples
-    chunks = [timed[m.warmup:][i:i + m.batch_size] for i in range(0, m.n_latency, m.batch_size)]
-    batches = [_batch(c, pad, dev) for c in chunks]
-    passes = {name: [] for name in contenders}
-    for r in range(m.throughput_rounds + 1):
-        for name, fn in contenders.items():
-            sync(dev)
-            t0 = time.perf_counter()
-            for b in batches:
-                fn(b)
-            sync(dev)
-            if r:  # round 0 warms up
-                passes[name].append(time.perf_counter() - t0)
+    return reps, ref
+
+
+def latency(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
+    m, dev = cfg.method, ctx.device
+    data = R.load_data(cfg)
+    ctx.tokenizer_fingerprint = tokenizer_fingerprint(data.tok)
+    dense, eat, base, sel = _trained(cfg, ctx, data)
+    pad = data.tok.pad_token_id
+    contenders = _contenders(dense, eat, base)
+    rows = D.rows_of(data.evals)
+    timed = _rows(data.evals, m.warmup + m.n_latency, cfg.seed)
+    with torch.inference_mode():
+        out, correct = _scores(contenders, rows, np.asarray(data.evals["labels"]), cfg.hardware.eval_batch_size,
+                               pad, dev, dense.num_layers)
+        lat = _batch1(contenders, timed, m.warmup, pad, dev)
+        reps, ref = _speed(out, lat, correct, m.bootstrap, cfg.seed)
+        # throughput at batch_size: interleaved passes over the timed examples (round 0 warms up)
+        batches = [_batch(timed[m.warmup:][i:i + m.batch_size], pad, dev) for i in range(0, m.n_latency, m.batch_size)]
+        passes = {name: [] for name in contenders}
+        for r in range(m.throughput_rounds + 1):
+            for name, fn in contenders.items():
+                sync(dev)
+                t0 = time.perf_counter()
+                for b in batches:
+                    fn(b)
+                sync(dev)
+                if r:
+                    passes[name].append(time.perf_counter() - t0)
     for name, ts in passes.items():
         out[f"throughput/{name}_per_s"] = m.n_latency / statistics.median(ts)
     out["eat/tau"] = eat.settings.tau if eat.settings.tau is not None else float("nan")
@@ -188,6 +207,39 @@ def _time(cfg, ctx, data, dense, eat, base, sel) -> dict[str, float]:
     ctx.extra.update(replicates=reps, reference=ref, contenders=list(contenders), tau_dev_accs=sel["dev_accs"],
                      latency_ms={k: v.round(4).tolist() for k, v in lat.items()})
     ctx.n_samples.update(timed=m.n_latency, warmup=m.warmup, eval_examples=len(rows), batch_size=m.batch_size)
+    return out
+
+
+def length(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
+    """Accuracy and batch-1 speed at length: the arms trained on `task` (short snippets) read `method.long_task`'s
+    eval documents (full movie reviews, up to its max_length) zero-shot; the same labels, another length regime."""
+    m, dev = cfg.method, ctx.device
+    data = R.load_data(cfg)
+    ctx.tokenizer_fingerprint = tokenizer_fingerprint(data.tok)
+    dense, eat, _, _ = _trained(cfg, ctx, data, baseline=False)
+    long_task = load_group("task", m.long_task, TaskConfig, "method.long_task")
+    if list(long_task.label_names) != [] and len(long_task.label_names) != len(cfg.task.label_names):
+        raise ValueError(f"method.long_task={m.long_task} has {len(long_task.label_names)} labels, task="
+                         f"{cfg.task.name} {len(cfg.task.label_names)}: the arms cannot read it")
+    raw = D.load_splits(long_task, OmegaConf.merge(cfg.data, {"limit_eval": m.n_long, "max_length": None}))
+    feats = D.encode(raw["eval"], data.tok, long_task, long_task.max_length, train=False)
+    pad = data.tok.pad_token_id
+    s = eat.settings
+    contenders = {k: v for k, v in _contenders(dense, eat, None).items()
+                  if k in ("dense", "dense_hf", "eat:window", "eat:prune+window", "eat:prune+window+exit",
+                           "paper_code")}
+    rows = D.rows_of(feats)
+    with torch.inference_mode():
+        out, correct = _scores(contenders, rows, np.asarray(feats["labels"]), 8, pad, dev, dense.num_layers)
+        lat = _batch1(contenders, rows, min(m.warmup, len(rows) // 4), pad, dev)
+        reps, ref = _speed(out, lat, correct, m.bootstrap, cfg.seed)
+        detail = R.predict(eat, feats, pad, 8, dev, s)
+    out["long/tokens_mean"] = float(np.mean([len(r["input_ids"]) for r in rows]))
+    out = {f"long/{k}" if not k.startswith("long/") else k: v for k, v in out.items()}
+    ctx.extra.update(replicates={f"long/{k}": v for k, v in reps.items()}, reference=ref, contenders=list(contenders),
+                     detail={"length": detail["length"].tolist(), "retention": detail["retention"].round(4).tolist(),
+                             "depth": detail["depth"].tolist()})
+    ctx.n_samples.update(long_examples=len(rows), max_length=long_task.max_length)
     return out
 
 
@@ -258,7 +310,7 @@ def scaling(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
 
 
 def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
-    fns = {"latency": latency, "scaling": scaling}
+    fns = {"latency": latency, "scaling": scaling, "length": length}
     if cfg.method.variant not in fns:
         raise ValueError(f"method.variant={cfg.method.variant!r} is not one of {', '.join(fns)} for method=eat_bench")
     return fns[cfg.method.variant](cfg, ctx)

@@ -46,7 +46,8 @@ class EatBenchConfig(EatConfig):
     variant latency: per-example latency (p50/p90/p99) at batch 1 and throughput at `batch_size`, for the dense arm
     (our loop and the Hugging Face forward), every subset of EAT's three components on the trained EAT weights (the
     ablation the paper lacks), the paper-code mode and `baseline_model` (a shallower encoder fine-tuned as the dense
-    arm: the DistilBERT-style baseline). variant scaling: cost vs sequence length on a random-init encoder of
+    arm: the DistilBERT-style baseline). variant length: the same at length, the arms reading `long_task`'s
+    documents zero-shot (accuracy, speed and retention at up to 512 tokens). variant scaling: cost vs sequence length on a random-init encoder of
     `scaling_shape` (the packaged encoders stop at 512 positions), dense vs EAT vs paper-code, log-log slopes."""
     name: str = "eat_bench"
     variant: str = "latency"
@@ -56,6 +57,8 @@ class EatBenchConfig(EatConfig):
     batch_size: int = 32  # throughput [P]
     throughput_rounds: int = 3  # interleaved passes over the timed examples in batches
     bootstrap: int = 1000  # resamples of the timed examples for the speed-up intervals
+    long_task: str = "movie-reviews"  # length: conf/task/<name> read zero-shot by the arms trained on `task`
+    n_long: int = 100  # length: its eval documents timed and scored
     lengths: list[int] = field(default_factory=lambda: [512, 1024, 2048, 4096])  # scaling
     repeats: int = 5  # scaling: timed rounds per length (medians)
     scaling_shape: dict = field(default_factory=lambda: {"hidden_size": 256, "num_hidden_layers": 4,

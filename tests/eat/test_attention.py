@@ -1,4 +1,4 @@
-"""The banded window kernel equals the paper-code masked-dense attention (values and gradients), dense at wide windows."""
+"""The banded window kernel equals the paper-code masked-dense attention (values, gradients); dense at wide windows."""
 import pytest
 import torch
 
@@ -8,7 +8,7 @@ W = 16  # the paper's ±16
 
 
 def _rows(B, T, L, seed, pad=True):
-    """Rows as left by pruning: positions = a random increasing subset of 0..L-1 keeping 0; some rows padded at the end."""
+    """Rows as pruning leaves them: positions a random increasing subset of 0..L-1 keeping 0; some rows end padded."""
     g = torch.Generator().manual_seed(seed)
     pos = torch.zeros(B, T, dtype=torch.long)
     valid = torch.zeros(B, T, dtype=torch.bool)
@@ -103,6 +103,15 @@ def test_padded_rows_are_finite_in_fp32():
     for out in (masked_attention(q, k, v, window_mask(pos, valid, W)), dense_attention(q, k, v, valid),
                 banded_attention(q, k, v, pos, valid, W, method="chunked")):
         assert torch.isfinite(out).all()
+
+
+def test_bf16_runs_and_agrees():
+    T = 120
+    pos, valid = _rows(2, T, L=300, seed=18)
+    q, k, v = _qkv(2, 2, T, 16, seed=19, dtype=torch.bfloat16)
+    out = banded_attention(q, k, v, pos, valid, W, method="chunked")
+    assert out.dtype == torch.bfloat16
+    _close(out.float(), masked_attention(q, k, v, window_mask(pos, valid, W)).float(), valid, tol=3e-2)
 
 
 def test_dropout_only_when_asked():
