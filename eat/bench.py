@@ -214,13 +214,13 @@ def length(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
     """Accuracy and batch-1 speed at length: the arms trained on `task` (short snippets) read `method.long_task`'s
     eval documents (full movie reviews, up to its max_length) zero-shot; the same labels, another length regime."""
     m, dev = cfg.method, ctx.device
+    long_task = load_group("task", m.long_task, TaskConfig, "method.long_task")  # refused before any training
+    if len(long_task.label_names) != len(cfg.task.label_names):
+        raise ValueError(f"method.long_task={m.long_task} has {len(long_task.label_names)} labels, task="
+                         f"{cfg.task.name} {len(cfg.task.label_names)}: the arms cannot read it")
     data = R.load_data(cfg)
     ctx.tokenizer_fingerprint = tokenizer_fingerprint(data.tok)
     dense, eat, _, _ = _trained(cfg, ctx, data, baseline=False)
-    long_task = load_group("task", m.long_task, TaskConfig, "method.long_task")
-    if list(long_task.label_names) != [] and len(long_task.label_names) != len(cfg.task.label_names):
-        raise ValueError(f"method.long_task={m.long_task} has {len(long_task.label_names)} labels, task="
-                         f"{cfg.task.name} {len(cfg.task.label_names)}: the arms cannot read it")
     raw = D.load_splits(long_task, OmegaConf.merge(cfg.data, {"limit_eval": m.n_long, "max_length": None}))
     feats = D.encode(raw["eval"], data.tok, long_task, long_task.max_length, train=False)
     pad = data.tok.pad_token_id

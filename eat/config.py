@@ -22,6 +22,7 @@ class EatConfig(MethodConfig):
     exit_layer: Optional[int] = 4  # the early-exit head [P]; null: none
     patience_layer: Optional[int] = 3  # a head for the patience rule [P §7; absent from the code R]; null: none
     exit_weight: float = 0.3  # lambda of every intermediate head's CE [P Eq. 1, R]
+    pooling: Optional[str] = None  # what every head reads: cls (raw [CLS] [R]) | mean; null: model.pooling
     prune_after: list[int] = field(default_factory=lambda: [2, 4])  # [P]
     prune_ratio: float = 0.3  # [P]
     prune_rule: str = "paper"  # paper: 1 + ceil(0.7 (t-1)) | repo: ceil(0.7 t) (paper_code uses repo)

@@ -13,7 +13,9 @@ Every switch lives in `Settings`, swapped at run time (`model.using(...)`), so o
 subset of the three components (the ablation). With pruning off, no window and no exit, the model computes exactly
 what the encoder computes (tests/eat/test_model.py: <= 1e-5 against the Hugging Face forward).
 
-Heads: one `nn.Linear(d, C)` per exit point on the raw [CLS] state, no pooler or tanh, as the official code [R].
+Heads: one `nn.Linear(d, C)` per exit point on the raw [CLS] state, no pooler or tanh, as the official code [R]
+(`pooling="mean"`: on the mean of the tokens still in the sequence, for encoders trained as mean-pooled sentence
+encoders, whose intermediate [CLS] carries little).
 Loss (training): CE(final) + exit_weight * CE(exit head) (+ the same weight on the patience head, when present).
 Plain torch: no Hydra, no I/O.
 """
@@ -115,8 +117,12 @@ class EatOutput:
 
 class EatModel(nn.Module):
     def __init__(self, encoder: nn.Module, n_labels: int, exit_layer: int | None = 4,
-                 patience_layer: int | None = None, exit_weight: float = 0.3, settings: Settings = Settings()):
+                 patience_layer: int | None = None, exit_weight: float = 0.3, settings: Settings = Settings(),
+                 pooling: str = "cls"):
         super().__init__()
+        if pooling not in ("cls", "mean"):
+            raise ValueError(f"pooling={pooling!r} is not one of cls, mean")
+        self.pooling = pooling  # cls: the raw [CLS] state [R]; mean: over the tokens still in the sequence
         self.encoder = encoder
         emb, self._parts, self.heads, self.attn_dropout, self.hidden_dropout = _blocks(encoder)
         self._embeddings = (emb,)  # a tuple: the encoder already registers it (state_dict keys stay unique)
@@ -193,6 +199,12 @@ class EatModel(nn.Module):
             return emb(input_ids=input_ids, token_type_ids=token_type_ids)
         return emb(input_ids=input_ids)
 
+    def _pool(self, h, valid):
+        if self.pooling == "cls":
+            return h[:, 0]
+        m = valid[..., None].to(h.dtype)
+        return (h * m).sum(1) / m.sum(1)
+
     # -- forward --------------------------------------------------------------------------------------------------
     def forward(self, input_ids, attention_mask, token_type_ids=None, labels=None) -> EatOutput:
         s = self.settings
@@ -213,11 +225,11 @@ class EatModel(nn.Module):
             if i == self.num_layers:
                 break
             if i == self.patience_layer:
-                z = self.patience_classifier(h[:, 0])
+                z = self.patience_classifier(self._pool(h, valid))
                 layer_logits[i] = z
                 agree = z.argmax(-1)
             if i == self.exit_layer:
-                z = self.exit_classifier(h[:, 0])
+                z = self.exit_classifier(self._pool(h, valid))
                 layer_logits[i] = z
                 if exits:
                     done = (z.float() / self.temperature).softmax(-1).amax(-1) >= s.tau
@@ -237,7 +249,7 @@ class EatModel(nn.Module):
                             h, pos, valid = h[:, :t], pos[:, :t], valid[:, :t]
             if prune_here:
                 h, pos, valid = self._prune(h, pos, valid, mass)
-        z = self.classifier(h[:, 0])
+        z = self.classifier(self._pool(h, valid))
         logits = logits.to(z.dtype)
         logits[rows], left[rows] = z, valid.sum(1)
         loss = None

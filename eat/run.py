@@ -33,7 +33,7 @@ from experiments.results import write_json
 from experiments.train import fit
 
 log = logging.getLogger(__name__)
-TRAINING_KEYS = ("variant", "exit_layer", "patience_layer", "exit_weight", "prune_after", "prune_ratio", "prune_rule",
+TRAINING_KEYS = ("variant", "exit_layer", "patience_layer", "exit_weight", "pooling", "prune_after", "prune_ratio", "prune_rule",
                  "scorer", "window", "anneal", "distill", "distill_temperature", "distill_mu")
 CHECKPOINT_VERSION = 1  # bump when training semantics change: old checkpoints are then never read
 
@@ -91,7 +91,7 @@ def build(cfg: DictConfig) -> EatModel:
     dense = m.variant == "dense"  # the baseline is the encoder fine-tuned alone: no extra heads
     return EatModel(enc, len(cfg.task.label_names), exit_layer=None if dense else m.exit_layer,
                     patience_layer=None if dense else m.patience_layer, exit_weight=m.exit_weight,
-                    settings=settings_of(m))
+                    settings=settings_of(m), pooling=m.pooling or cfg.model.pooling)
 
 
 def checkpoint_path(cfg: DictConfig, ctx: RunContext) -> Path:
@@ -243,6 +243,8 @@ def prepare(cfg: DictConfig, ctx: RunContext, data: Data | None = None):
     dev = predict(model, dev_feats, pad, bs, ctx.device, s)
     evals = predict(model, data.evals, pad, bs, ctx.device, s)
     out = {"dev/accuracy_no_exit": _acc(dev), **calibrate(cfg, model, dev, evals)}
+    if "exit_logits" in evals:  # is the exit head doing the task? (an exit head at the majority class exits nothing)
+        out["eval/exit_head_accuracy"] = float((evals["exit_logits"].argmax(1) == evals["labels"]).mean())
     tau, dev_accs = (None, {})
     if model.exit_layer is not None and cfg.method.variant != "dense":
         tau, dev_accs = choose_tau(cfg, model, dev_feats, pad, _acc(dev), ctx.device)

@@ -166,3 +166,21 @@ def test_bad_settings_are_refused(settings, match):
 def test_settings_validate(kw, match):
     with pytest.raises(ValueError, match=match):
         Settings(**kw)
+
+
+def test_mean_pooling_reads_the_tokens_still_in_the_sequence():
+    enc = bert()
+    m = EatModel(enc, 3, pooling="mean").eval()
+    ids, mask = batch()
+    with torch.no_grad():
+        h = enc(input_ids=ids, attention_mask=mask).last_hidden_state
+        ref = m.classifier((h * mask[..., None]).sum(1) / mask.sum(1, keepdim=True))
+    assert (run(m, Settings().dense(), ids, mask).logits - ref).abs().max() <= 1e-5
+    # pruned: remove and mask modes pool over the same kept tokens
+    md = m.double()
+    kw = dict(prune_ratio=0.3, window=8)
+    a = run(md, Settings(prune_mode="remove", **kw), ids, mask)
+    b = run(md, Settings(prune_mode="mask", kernel="masked", **kw), ids, mask)
+    assert (a.logits - b.logits).abs().max() <= 1e-9
+    with pytest.raises(ValueError, match="pooling"):
+        EatModel(bert(), 3, pooling="max")

@@ -102,3 +102,20 @@ def test_scaling_bench_fits_slopes(smoke_cfg, tmp_path, monkeypatch):
     for arm in ("dense", "window", "eat", "paper_code"):
         assert m[f"scaling/{arm}_ms@64"] > 0 and np.isfinite(m[f"scaling/{arm}_slope"])
     json.dumps(rec["extra"]["scaling_ms"])
+
+
+def test_length_bench_reads_the_long_task_with_the_short_task_arms(smoke_cfg, tmp_path):
+    rec = run(smoke_cfg, tmp_path, "method.variant=length", "method.n_long=4", "method.warmup=1",
+              "method.bootstrap=20", method="eat_bench")
+    m = rec["metrics"]
+    assert rec["n_samples"]["long_examples"] == 4 and m["long/acc/dense"] == m["long/acc/dense_hf"]
+    assert m["long/retention/eat:prune+window"] < 1.0 and m["long/latency/paper_code_p50_ms"] > 0
+    assert len(rec["extra"]["detail"]["length"]) == 4
+
+
+def test_length_bench_refuses_an_unknown_long_task(smoke_cfg, tmp_path):
+    cfg = smoke_cfg("method=eat_bench", "method.variant=length", "method.long_task=imdb",
+                    f"method.checkpoint_dir={tmp_path / 'ckpt'}", *TINY)
+    with pytest.raises(ValueError, match="method.long_task='imdb' names no conf/task/imdb.yaml"):
+        execute(cfg, tmp_path / "out")
+    assert not (tmp_path / "ckpt").exists()  # refused before any training
