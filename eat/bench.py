@@ -177,11 +177,14 @@ def _speed(out: dict, lat: dict, correct: dict, n_boot: int, seed: int) -> tuple
 def latency(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
     m, dev = cfg.method, ctx.device
     data = R.load_data(cfg)
+    rows = D.rows_of(data.evals)
+    if m.warmup + m.n_latency > len(rows):
+        raise ValueError(f"method.warmup + method.n_latency = {m.warmup + m.n_latency} but task={cfg.task.name} has "
+                         f"{len(rows)} eval examples: lower method.n_latency")
     ctx.tokenizer_fingerprint = tokenizer_fingerprint(data.tok)
     dense, eat, base, sel = _trained(cfg, ctx, data)
     pad = data.tok.pad_token_id
     contenders = _contenders(dense, eat, base)
-    rows = D.rows_of(data.evals)
     timed = _rows(data.evals, m.warmup + m.n_latency, cfg.seed)
     with torch.inference_mode():
         out, correct = _scores(contenders, rows, np.asarray(data.evals["labels"]), cfg.hardware.eval_batch_size,

@@ -280,7 +280,9 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
                              "avg_retention": float(p["retention"].mean()), "dev_accuracy": sel["dev_accs"][tau],
                              "exit_hist": {int(d): int(n) for d, n in zip(*np.unique(p["depth"], return_counts=True))}})
     ctx.per_example["eval"] = {"pred": chosen["logits"].argmax(1).tolist(), "label": chosen["labels"].tolist()}
-    ctx.extra.update(history=info["history"], checkpoint_cached=info["cached"], frontier=frontier,
+    # the frontier as parallel arrays: what experiments.claims correlates (depth vs tau)
+    curve = {k: [f[k] for f in frontier] for k in ("tau", "accuracy", "avg_depth", "avg_retention")}
+    ctx.extra.update(history=info["history"], checkpoint_cached=info["cached"], frontier=frontier, curve=curve,
                      detail={"length": chosen["length"].tolist(), "retention": chosen["retention"].round(4).tolist(),
                              "depth": chosen["depth"].tolist()},
                      reliability={when: {k: v.tolist() for k, v in M.calibration_bins(

@@ -119,3 +119,10 @@ def test_length_bench_refuses_an_unknown_long_task(smoke_cfg, tmp_path):
     with pytest.raises(ValueError, match="method.long_task='imdb' names no conf/task/imdb.yaml"):
         execute(cfg, tmp_path / "out")
     assert not (tmp_path / "ckpt").exists()  # refused before any training
+
+
+def test_latency_bench_refuses_more_timed_examples_than_the_eval_split(smoke_cfg, tmp_path):
+    cfg = smoke_cfg("method=eat_bench", "method.n_latency=1000", f"method.checkpoint_dir={tmp_path / 'ckpt'}", *TINY)
+    with pytest.raises(ValueError, match="lower method.n_latency"):
+        execute(cfg, tmp_path / "out")
+    assert not (tmp_path / "ckpt").exists()
