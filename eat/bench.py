@@ -312,8 +312,18 @@ def scaling(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
     return out
 
 
+VARIANTS = {"latency": latency, "scaling": scaling, "length": length}
+
+
+def check(cfg: DictConfig) -> None:
+    """Refusals before any work: the bench variant, and the arms it trains (eat.run.check)."""
+    if cfg.method.variant not in VARIANTS:
+        raise ValueError(f"method.variant={cfg.method.variant!r} is not one of {', '.join(VARIANTS)} for "
+                         "method=eat_bench (the training arms dense | eat | paper_code are method=eat's)")
+    if cfg.method.variant != "scaling":
+        R.check(_arm(cfg, "eat"))
+
+
 def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
-    fns = {"latency": latency, "scaling": scaling, "length": length}
-    if cfg.method.variant not in fns:
-        raise ValueError(f"method.variant={cfg.method.variant!r} is not one of {', '.join(fns)} for method=eat_bench")
-    return fns[cfg.method.variant](cfg, ctx)
+    check(cfg)
+    return VARIANTS[cfg.method.variant](cfg, ctx)
