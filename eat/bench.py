@@ -33,6 +33,7 @@ from experiments.timing import sync
 
 log = logging.getLogger(__name__)
 COMPONENTS = ("prune", "window", "exit")
+BATCH_EXIT = ("paper_code",)  # contenders whose exit rule reads the whole batch
 
 
 def _arm(cfg: DictConfig, variant: str, model: DictConfig | None = None) -> DictConfig:
@@ -59,7 +60,7 @@ def _hf_dense(model: EatModel):
     def forward(input_ids, attention_mask, token_type_ids=None):
         h = model.encoder(input_ids=input_ids, attention_mask=attention_mask,
                           token_type_ids=token_type_ids).last_hidden_state
-        return model.classifier(h[:, 0])
+        return model.classifier(model._pool(h, attention_mask.bool()))
     return forward
 
 
@@ -100,11 +101,11 @@ def _boot_ratio(base: np.ndarray, other: np.ndarray, n_boot: int, seed: int, q: 
     return (np.percentile(base[idx], q, axis=1) / np.percentile(other[idx], q, axis=1)).tolist()
 
 
-def _boot_diff(a: np.ndarray, b: np.ndarray, n_boot: int, seed: int) -> tuple[float, float]:
+def _boot_diff(a: np.ndarray, b: np.ndarray, n_boot: int, seed: int) -> np.ndarray:
+    """Replicates of the paired accuracy difference a - b in points over the same resampled examples."""
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, len(a), (n_boot, len(a)))
-    reps = 100 * (a[idx].mean(1) - b[idx].mean(1))
-    return float(np.percentile(reps, 2.5)), float(np.percentile(reps, 97.5))
+    return 100 * (a[idx].mean(1) - b[idx].mean(1))
 
 
 def _trained(cfg: DictConfig, ctx: RunContext, data: R.Data, baseline: bool = True):
@@ -126,13 +127,15 @@ def _trained(cfg: DictConfig, ctx: RunContext, data: R.Data, baseline: bool = Tr
 
 
 def _scores(contenders, rows, labels, batch_size, pad, dev, layers: int) -> tuple[dict, dict]:
-    """Accuracy (percent), depth and retention of every contender over `rows` (batched: no output depends on the
-    batch), and each contender's per-example correctness."""
+    """Accuracy (percent), depth and retention of every contender over `rows`, and each contender's per-example
+    correctness: batched, except the batch-exit contenders, scored at batch 1 as they are timed (at batch 1 the
+    official batch rule is a per-example exit; at batch 32 it rarely exits, as the paper's bs = 32 rows show)."""
     correct, out = {}, {}
     for name, fn in contenders.items():
         preds, depth, ret = [], [], []
-        for i in range(0, len(rows), batch_size):
-            lg, d, r = fn(_batch(rows[i:i + batch_size], pad, dev))
+        bs = 1 if name in BATCH_EXIT else batch_size  # batch exit: what it computes depends on the batch
+        for i in range(0, len(rows), bs):
+            lg, d, r = fn(_batch(rows[i:i + bs], pad, dev))
             preds.append(lg.argmax(-1).cpu())
             depth.append(d.cpu() if d is not None else torch.full((len(lg),), layers))
             ret.append(r.float().cpu() if r is not None else torch.ones(len(lg)))
@@ -169,9 +172,28 @@ def _speed(out: dict, lat: dict, correct: dict, n_boot: int, seed: int) -> tuple
         out[f"speedup/{name}_p50"] = float(np.median(lat[ref]) / np.median(v))
         out[f"delta_acc/{name}"] = out[f"acc/{name}"] - out["acc/dense"]
         reps[f"speedup/{name}_p50"] = _boot_ratio(lat[ref], v, n_boot, seed)
-        lo, hi = _boot_diff(correct[name], correct["dense"], n_boot, seed)
-        out[f"delta_acc/{name}_lo"], out[f"delta_acc/{name}_hi"] = lo, hi
+        diff = _boot_diff(correct[name], correct["dense"], n_boot, seed)
+        reps[f"delta_acc/{name}"] = diff.round(4).tolist()
+        out[f"delta_acc/{name}_lo"], out[f"delta_acc/{name}_hi"] = np.percentile(diff, [2.5, 97.5]).tolist()
     return reps, ref
+
+
+def _best_on_dev(cfg, data, contenders, pad, dev, layers: int) -> tuple[str | None, dict]:
+    """The EAT setting a user would deploy, chosen on dev: of the component subsets whose dev accuracy stays within
+    method.tau_tolerance points of dense, the one with the lowest batch-1 p50 on `n_dev_latency` dev examples."""
+    m = cfg.method
+    if data.dev is None:
+        return None, {}
+    subsets = {k: v for k, v in contenders.items() if k.startswith("eat:") or k == "dense"}
+    rows = D.rows_of(data.dev)
+    acc, _ = _scores(subsets, rows, np.asarray(data.dev["labels"]), cfg.hardware.eval_batch_size, pad, dev, layers)
+    n = min(len(rows), m.n_dev_latency)
+    lat = _batch1(subsets, _rows(data.dev, n, cfg.seed + 1), min(m.warmup, n // 4), pad, dev)
+    table = {k: {"acc": acc[f"acc/{k}"], "p50_ms": float(np.median(lat[k]))} for k in subsets}
+    ok = [k for k in subsets if k != "dense" and table[k]["acc"] - table["dense"]["acc"] >= -m.tau_tolerance]
+    best = min(ok, key=lambda k: table[k]["p50_ms"]) if ok else None
+    log.info("best EAT setting on dev: %s (%s)", best, table)
+    return best, table
 
 
 def latency(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
@@ -187,6 +209,9 @@ def latency(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
     contenders = _contenders(dense, eat, base)
     timed = _rows(data.evals, m.warmup + m.n_latency, cfg.seed)
     with torch.inference_mode():
+        best, on_dev = _best_on_dev(cfg, data, contenders, pad, dev, dense.num_layers)
+        if best is not None:
+            contenders["eat:best"] = contenders[best]  # timed and scored on eval as a contender of its own
         out, correct = _scores(contenders, rows, np.asarray(data.evals["labels"]), cfg.hardware.eval_batch_size,
                                pad, dev, dense.num_layers)
         lat = _batch1(contenders, timed, m.warmup, pad, dev)
@@ -208,6 +233,7 @@ def latency(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
     out["eat/tau"] = eat.settings.tau if eat.settings.tau is not None else float("nan")
     out["calib/temperature"] = float(eat.temperature)
     ctx.extra.update(replicates=reps, reference=ref, contenders=list(contenders), tau_dev_accs=sel["dev_accs"],
+                     best_setting=best, best_on_dev=on_dev,
                      latency_ms={k: v.round(4).tolist() for k, v in lat.items()})
     ctx.n_samples.update(timed=m.n_latency, warmup=m.warmup, eval_examples=len(rows), batch_size=m.batch_size)
     return out

@@ -55,6 +55,7 @@ class EatBenchConfig(EatConfig):
     baseline_model: Optional[str] = "minilm-l3"  # conf/model/<name>; null: no baseline arm
     n_latency: int = 300  # eval examples timed one at a time (each contender in turn on each example)
     warmup: int = 20  # untimed examples first
+    n_dev_latency: int = 100  # dev examples timed to choose the best component subset (eat:best) [ours]
     batch_size: int = 32  # throughput [P]
     throughput_rounds: int = 3  # interleaved passes over the timed examples in batches
     bootstrap: int = 1000  # resamples of the timed examples for the speed-up intervals

@@ -200,6 +200,7 @@ class EatModel(nn.Module):
         return emb(input_ids=input_ids)
 
     def _pool(self, h, valid):
+        """What a head reads: the [CLS] state or the mean of the valid tokens."""
         if self.pooling == "cls":
             return h[:, 0]
         m = valid[..., None].to(h.dtype)

@@ -76,8 +76,9 @@ def test_the_ablation_is_every_subset_of_the_three_components():
     assert arms["eat:exit"].tau == 0.9 and arms["eat:exit"].window is None and arms["eat:exit"].prune_ratio == 0
 
 
-def test_latency_bench_times_every_contender(smoke_cfg, tmp_path):
-    rec = run(smoke_cfg, tmp_path, "method.n_latency=6", "method.warmup=2", "method.batch_size=4",
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+def test_latency_bench_times_every_contender(pooling, smoke_cfg, tmp_path):
+    rec = run(smoke_cfg, tmp_path, f"method.pooling={pooling}", "method.n_latency=6", "method.warmup=2", "method.batch_size=4",
               "method.throughput_rounds=1", "method.bootstrap=50", "method.baseline_model=tiny-bert",
               method="eat_bench")
     m = rec["metrics"]
@@ -87,7 +88,10 @@ def test_latency_bench_times_every_contender(smoke_cfg, tmp_path):
         assert m[f"latency/{name}_p50_ms"] <= m[f"latency/{name}_p99_ms"]
         assert len(rec["extra"]["replicates"][f"speedup/{name}_p50"]) == 50
         assert m[f"throughput/{name}_per_s"] > 0
-    # the three dense paths compute the same predictions
+    best = rec["extra"]["best_setting"]  # chosen on dev among the component subsets (None: none within tolerance)
+    assert best is None or (best.startswith("eat:") and m["acc/eat:best"] == m[f"acc/{best}"])
+    assert len(rec["extra"]["replicates"]["delta_acc/dense"]) == 50
+    # the dense paths compute the same predictions, whatever the heads pool
     assert m["acc/dense"] == m["acc/dense_hf"]
     assert m["delta_acc/dense"] == 0.0 and m["retention/eat:none"] == 1.0 and m["depth/eat:none"] == 4
 
@@ -126,3 +130,14 @@ def test_latency_bench_refuses_more_timed_examples_than_the_eval_split(smoke_cfg
     with pytest.raises(ValueError, match="lower method.n_latency"):
         execute(cfg, tmp_path / "out")
     assert not (tmp_path / "ckpt").exists()
+
+
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+def test_the_hugging_face_dense_path_equals_ours(pooling):
+    import torch
+    from tests.eat.test_model import batch, bert
+    from eat.model import EatModel
+    m = EatModel(bert(), 3, exit_layer=None, settings=Settings().dense(), pooling=pooling).eval()
+    ids, mask = batch()
+    with torch.no_grad():
+        assert (B._hf_dense(m)(input_ids=ids, attention_mask=mask) - m(ids, mask).logits).abs().max() <= 1e-5
