@@ -386,6 +386,8 @@ def ablation(runs: list[dict], out: Path) -> list[str]:
             {k[len("latency/"):-len("_p50_ms")] for k in m if k.startswith("latency/") and k.endswith("_p50_ms")})
         for name in names:
             shown = f"baseline ({_c(b, 'method.baseline_model')})" if name == "baseline" else name
+            if name == "eat:best":  # the subset chosen on dev, timed again as a contender of its own
+                shown = f"eat:best (= {(b.get('extra') or {}).get('best_setting')}, chosen on dev)"
             t.add(_task_label(b), _model_label(pv, b), _tau_text(_tau(b)), shown,
                   *(m.get(f"latency/{name}_{q}_ms") for q in ("p50", "p90", "p99", "mean")),
                   fmt(m.get(f"throughput/{name}_per_s"), 1), str(_speedup(b, name)), m.get(f"acc/{name}"),
