@@ -502,16 +502,20 @@ def retention_vs_length(runs: list[dict], out: Path) -> list[str]:
             data += [{"task": task, "hardware": hw, "model": _c(r, "model.name"), "variant": _c(r, "method.variant"),
                       "rule": rule, "length": int(x), "retention_mean": y, "n": int((length == x).sum())}
                      for x, y in zip(xs, means)]
-        ax.set_xlabel("input length (tokens)")
-        ax.set_ylabel("final retention")
-        ax.set_title(f"{task} ({hw})", fontsize=8)
-        ax.legend(fontsize=6)
+        _label(ax, "input length (tokens)", "final retention", f"{task} ({hw})")
     path = save_figure(fig, out, "retention_vs_length", data)
     return ["### Fig. 5: retention vs input length", "",
             f"{figure_link(path)}: measured final retention per input length at the chosen τ (dots), and what "
             "each keep rule leaves after its pruning steps (dotted). The paper's text says EAT 'prunes more "
             "aggressively on shorter inputs'; its own figure (and the rule's ceiling) show the opposite: short "
             "inputs keep more (claim `prunes-more-on-short-inputs`).", ""]
+
+
+def _label(ax, xlabel: str, ylabel: str, title: str) -> None:
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=8)
+    ax.legend(fontsize=6)
 
 
 def exit_layers(runs: list[dict], out: Path) -> list[str]:
@@ -537,10 +541,8 @@ def exit_layers(runs: list[dict], out: Path) -> list[str]:
                       "tau": f["tau"], "chosen": chosen, "exit_layer": l, "fraction": x}
                      for l, x in zip(layers, fracs)]
         ax.set_xticks(np.arange(len(layers)) + 0.4 - width / 2, [str(l) for l in layers])
-        ax.set_xlabel("exit layer")
-        ax.set_ylabel("fraction of eval examples")
-        ax.set_title(f"{_c(r, 'task.name')} / {_c(r, 'model.name')} / {_c(r, 'method.variant')}", fontsize=8)
-        ax.legend(fontsize=6)
+        _label(ax, "exit layer", "fraction of eval examples",
+               f"{_c(r, 'task.name')} / {_c(r, 'model.name')} / {_c(r, 'method.variant')}")
     path = save_figure(fig, out, "exit_layers", data)
     return ["### Fig. 6: exit-layer histogram", "",
             f"{figure_link(path)}: where eval examples leave the network at each swept τ (per example for EAT, "

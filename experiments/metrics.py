@@ -66,7 +66,14 @@ HIGHER_IS_BETTER: dict[str, bool] = {
 # counts, sizes, settings echoed into the record, intrinsic dimensions, agreement checks whose target is 1.
 KEY_DIRECTIONS: tuple[tuple[re.Pattern, bool | None], ...] = tuple((re.compile(p), d) for p, d in (
     (r"/majority_", None),               # what always answering the majority class scores: a baseline
-    (r"^speedup/", True),
+    (r"_(lo|hi)$", None),                # the bounds of an interval recorded beside its estimate
+    (r"^(long/)?speedup/", True),
+    (r"^(long/)?(acc|delta_acc)/|accuracy_no_exit$|exit_head_accuracy$", True),
+    (r"^(long/)?latency/|^scaling/", False),  # ms, and log-log cost slopes
+    (r"^(long/)?throughput/", True),
+    (r"^(long/)?(depth|retention)/|avg_(depth|retention)$", False),  # compute left: less is cheaper
+    (r"^calib/ece", False),
+    (r"^(eat/tau|calib/temperature|long/tokens_mean)$", None),
     (r"hit_rate$", True),
     (r"tokens_per_s$", True),
     (r"^mem/measured_over_analytic$", None),

@@ -184,3 +184,15 @@ def test_mean_pooling_reads_the_tokens_still_in_the_sequence():
     assert (a.logits - b.logits).abs().max() <= 1e-9
     with pytest.raises(ValueError, match="pooling"):
         EatModel(bert(), 3, pooling="max")
+
+
+def test_attention_received_scorer_keeps_the_most_attended_tokens():
+    m = EatModel(bert(), 3).eval().double()
+    ids, mask = batch()
+    kw = dict(prune_ratio=0.3, window=8, scorer="attention")
+    a = run(m, Settings(prune_mode="remove", **kw), ids, mask)
+    b = run(m, Settings(prune_mode="mask", kernel="masked", **kw), ids, mask)
+    assert (a.logits - b.logits).abs().max() <= 1e-9  # the same tokens kept either way
+    l2 = run(m, Settings(prune_mode="remove", prune_ratio=0.3, window=8), ids, mask)
+    assert (a.logits - l2.logits).abs().max() > 1e-6  # another score keeps other tokens
+    assert torch.equal(a.retention, l2.retention)  # but as many of them
