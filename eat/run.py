@@ -264,21 +264,22 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
     ctx.tokenizer_fingerprint = tokenizer_fingerprint(data.tok)
     record_samples(cfg, ctx, data.raw, data.train, data.evals)
     pad, bs, m = data.tok.pad_token_id, cfg.hardware.eval_batch_size, cfg.method
-    chosen = predict(model, data.evals, pad, bs, ctx.device, model.settings)
+    swept = {}  # tau -> eval predictions; the chosen tau is one of them, and no exit was predicted in prepare()
+    if model.exit_layer is not None and m.variant != "dense":
+        swept = {tau: predict(model, data.evals, pad, bs, ctx.device, replace(model.settings, tau=tau))
+                 for tau in sorted(m.taus)}
     no_exit = sel["no_exit"]
+    chosen = swept[sel["tau"]] if sel["tau"] in swept else no_exit
     metrics = {**score(chosen, cfg.task), **sel["metrics"],
                "eval/accuracy_no_exit": _acc(no_exit), "eval/avg_depth": float(chosen["depth"].mean()),
                "eval/avg_retention": float(chosen["retention"].mean()),
                "eat/tau": sel["tau"] if sel["tau"] is not None else float("nan"),
                "train/steps": info["steps"], "train/best_step": info["best_step"], "time/train_s": info["train_s"],
                "time/step_ms": info["step_ms"]}
-    frontier = []
-    if model.exit_layer is not None and m.variant != "dense":
-        for tau in sorted(m.taus):
-            p = predict(model, data.evals, pad, bs, ctx.device, replace(model.settings, tau=tau))
-            frontier.append({"tau": tau, "accuracy": _acc(p), "avg_depth": float(p["depth"].mean()),
-                             "avg_retention": float(p["retention"].mean()), "dev_accuracy": sel["dev_accs"][tau],
-                             "exit_hist": {int(d): int(n) for d, n in zip(*np.unique(p["depth"], return_counts=True))}})
+    frontier = [{"tau": tau, "accuracy": _acc(p), "avg_depth": float(p["depth"].mean()),
+                 "avg_retention": float(p["retention"].mean()), "dev_accuracy": sel["dev_accs"][tau],
+                 "exit_hist": {int(d): int(n) for d, n in zip(*np.unique(p["depth"], return_counts=True))}}
+                for tau, p in swept.items()]
     ctx.per_example["eval"] = {"pred": chosen["logits"].argmax(1).tolist(), "label": chosen["labels"].tolist()}
     # the frontier as parallel arrays: what experiments.claims correlates (depth vs tau)
     curve = {k: [f[k] for f in frontier] for k in ("tau", "accuracy", "avg_depth", "avg_retention")}
