@@ -15,10 +15,10 @@ SCORERS = ("l2", "attention")
 EPS = 1e-9  # (1 - p) t is exact in decimal but not in binary: 0.7 * 10 = 7.000000000000001 must keep 7, not 8
 
 
-def keep_count(t: torch.Tensor, ratio: float, rule: str) -> torch.Tensor:
-    """How many of t valid tokens survive one pruning step (at least 1: [CLS])."""
+def keep_count(t: torch.Tensor | int, ratio: float, rule: str) -> torch.Tensor:
+    """How many of t valid tokens survive one pruning step (at least 1: [CLS]); t a tensor of counts or one int."""
     keep = 1.0 - ratio
-    t = t.to(torch.float64)
+    t = torch.as_tensor(t).to(torch.float64)
     if rule == "paper":
         n = 1 + torch.ceil(keep * (t - 1) - EPS)
     elif rule == "repo":

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from eat.prune import keep_count
 from experiments import selection
 from experiments.claims import (BOOT_SEED, N_BOOT, example_ci, percentile_ci, resample_weights, resampled_metric)
 from experiments.paper_values import paper_values
@@ -470,10 +471,9 @@ def frontier(runs: list[dict], out: Path) -> list[str]:
 
 
 def _kept(t: int, ratio: float, n_prunes: int, rule: str) -> int:
-    """Tokens left after `n_prunes` pruning steps under the paper's rule ([CLS] + ceil((1-p)(t-1))) or the official
-    code's (ceil((1-p) t), [CLS] included) [spec §1.2]."""
+    """Tokens left after `n_prunes` pruning steps under the paper's or the official code's keep rule (eat/prune.py)."""
     for _ in range(n_prunes):
-        t = 1 + math.ceil(round((1 - ratio) * (t - 1), 9)) if rule == "paper" else math.ceil(round((1 - ratio) * t, 9))
+        t = int(keep_count(t, ratio, rule))
     return t
 
 

@@ -73,7 +73,7 @@ KEY_DIRECTIONS: tuple[tuple[re.Pattern, bool | None], ...] = tuple((re.compile(p
     (r"^(long/)?throughput/", True),
     (r"^(long/)?(depth|retention)/|avg_(depth|retention)$", False),  # compute left: less is cheaper
     (r"^calib/ece", False),
-    (r"^(eat/tau|calib/temperature|long/tokens_mean)$", None),
+    (r"^(eat/tau|calib/(fitted_)?temperature|long/tokens_mean)$", None),
     (r"hit_rate$", True),
     (r"tokens_per_s$", True),
     (r"^mem/measured_over_analytic$", None),

@@ -141,3 +141,10 @@ def test_the_hugging_face_dense_path_equals_ours(pooling):
     ids, mask = batch()
     with torch.no_grad():
         assert (B._hf_dense(m)(input_ids=ids, attention_mask=mask) - m(ids, mask).logits).abs().max() <= 1e-5
+
+
+def test_calibration_off_keeps_the_temperature_at_one(smoke_cfg, tmp_path):
+    m = run(smoke_cfg, tmp_path, "method.calibrate=false")["metrics"]
+    assert m["calib/temperature"] == 1.0 and m["calib/fitted_temperature"] > 0
+    assert m["calib/ece_eval_after"] == m["calib/ece_eval_before"]
+    assert m["calib/ece_dev_after"] == m["calib/ece_dev_before"]
