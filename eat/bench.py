@@ -34,6 +34,7 @@ from experiments.timing import sync
 log = logging.getLogger(__name__)
 COMPONENTS = ("prune", "window", "exit")
 BATCH_EXIT = ("paper_code",)  # contenders whose exit rule reads the whole batch
+LONG_BATCH = 8  # length: documents of up to 512 tokens per scoring batch
 
 
 def _arm(cfg: DictConfig, variant: str, model: DictConfig | None = None) -> DictConfig:
@@ -60,7 +61,7 @@ def _hf_dense(model: EatModel):
     def forward(input_ids, attention_mask, token_type_ids=None):
         h = model.encoder(input_ids=input_ids, attention_mask=attention_mask,
                           token_type_ids=token_type_ids).last_hidden_state
-        return model.classifier(model._pool(h, attention_mask.bool()))
+        return model.classifier(model.pool(h, attention_mask.bool()))
     return forward
 
 
@@ -259,10 +260,11 @@ def length(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
                            "paper_code")}
     rows = D.rows_of(feats)
     with torch.inference_mode():
-        out, correct = _scores(contenders, rows, np.asarray(feats["labels"]), 8, pad, dev, dense.num_layers)
+        out, correct = _scores(contenders, rows, np.asarray(feats["labels"]), LONG_BATCH, pad, dev,
+                               dense.num_layers)
         lat = _batch1(contenders, rows, min(m.warmup, len(rows) // 4), pad, dev)
         reps, ref = _speed(out, lat, correct, m.bootstrap, cfg.seed)
-        detail = R.predict(eat, feats, pad, 8, dev, s)
+        detail = R.predict(eat, feats, pad, LONG_BATCH, dev, s)
     out["long/tokens_mean"] = float(np.mean([len(r["input_ids"]) for r in rows]))
     out = {f"long/{k}" if not k.startswith("long/") else k: v for k, v in out.items()}
     ctx.extra.update(replicates={f"long/{k}": v for k, v in reps.items()}, reference=ref, contenders=list(contenders),

@@ -199,7 +199,7 @@ class EatModel(nn.Module):
             return emb(input_ids=input_ids, token_type_ids=token_type_ids)
         return emb(input_ids=input_ids)
 
-    def _pool(self, h, valid):
+    def pool(self, h, valid):
         """What a head reads: the [CLS] state or the mean of the valid tokens."""
         if self.pooling == "cls":
             return h[:, 0]
@@ -226,11 +226,11 @@ class EatModel(nn.Module):
             if i == self.num_layers:
                 break
             if i == self.patience_layer:
-                z = self.patience_classifier(self._pool(h, valid))
+                z = self.patience_classifier(self.pool(h, valid))
                 layer_logits[i] = z
                 agree = z.argmax(-1)
             if i == self.exit_layer:
-                z = self.exit_classifier(self._pool(h, valid))
+                z = self.exit_classifier(self.pool(h, valid))
                 layer_logits[i] = z
                 if exits:
                     done = (z.float() / self.temperature).softmax(-1).amax(-1) >= s.tau
@@ -250,7 +250,7 @@ class EatModel(nn.Module):
                             h, pos, valid = h[:, :t], pos[:, :t], valid[:, :t]
             if prune_here:
                 h, pos, valid = self._prune(h, pos, valid, mass)
-        z = self.classifier(self._pool(h, valid))
+        z = self.classifier(self.pool(h, valid))
         logits = logits.to(z.dtype)
         logits[rows], left[rows] = z, valid.sum(1)
         loss = None
