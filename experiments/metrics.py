@@ -87,6 +87,8 @@ KEY_DIRECTIONS: tuple[tuple[re.Pattern, bool | None], ...] = tuple((re.compile(p
     (r"loss$", False),
     (r"^reduction/|_reduction_pct$|^pema/params_removed$", True),
     (r"auc_", None),
+    (r"(accuracy|f1|mcc|pearson|spearman)_final$", True),  # the last evaluation, recorded beside the best one
+    (r"^lambda/", None),                 # the shape of learned layer weights (entropy, early-block share)
     (r"^(params|sizes|vocab|id|sft|train|recycling|storage|cache|pema)/", None),
 ))
 

@@ -70,7 +70,12 @@ def _random_config(model: DictConfig, tok) -> PretrainedConfig:
 
 
 def load_encoder(model: DictConfig) -> tuple[PreTrainedTokenizerFast, nn.Module]:
-    """(tokenizer, base model without any head) for a model config."""
+    """(tokenizer, base model without any head) for a model config. A causal LM is loaded whole and its decoder stack
+    returned: the packaged decoders tie the input embedding to lm_head, which a bare AutoModel load would leave
+    randomly initialised."""
+    if model.get("kind") == "causal":
+        tok, lm = load_causal_lm(model)
+        return tok, lm.get_decoder()
     tok = load_tokenizer(model)
     # heads read token states; BERT's pooler would be computed on every forward and some assets ship no pooler weights
     extra = {"add_pooling_layer": False} if model.family == "bert" else {}

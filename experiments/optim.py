@@ -9,13 +9,28 @@ import torch
 from torch import nn
 
 
+LR_ATTR = "own_lr"  # a parameter carrying this attribute trains at that learning rate, undecayed (`own_lr`)
+
+
+def own_lr(param: nn.Parameter, lr: float) -> nn.Parameter:
+    """Give one parameter its own learning rate (e.g. P-32's λ); the schedule scales it like every other group."""
+    setattr(param, LR_ATTR, float(lr))
+    return param
+
+
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """The trainable parameters in two groups: decayed, and biases + normalisation weights undecayed (BERT's recipe)."""
-    decay, no_decay = [], []
+    """The trainable parameters in two groups: decayed, and biases + normalisation weights undecayed (BERT's recipe);
+    plus one undecayed group per learning rate that parameters set with `own_lr`."""
+    decay, no_decay, own = [], [], {}
     for name, p in model.named_parameters():
-        if p.requires_grad:
+        if not p.requires_grad:
+            continue
+        if hasattr(p, LR_ATTR):
+            own.setdefault(getattr(p, LR_ATTR), []).append(p)
+        else:
             (no_decay if p.ndim < 2 or "norm" in name.lower() else decay).append(p)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0},
+            *({"params": ps, "weight_decay": 0.0, "lr": lr} for lr, ps in own.items())]
 
 
 def adamw(model: nn.Module, lr: float, weight_decay: float, device: torch.device | None = None) -> torch.optim.AdamW:

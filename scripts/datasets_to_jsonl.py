@@ -335,3 +335,105 @@ def build_wiki_long(archives: list[Path], out: Path) -> dict:
             "filter": "is_english: share of ENGLISH_WORDS >= 0.12 and >= 4x the share of OTHER_WORDS",
             "note": "words = len(text.split()); BIG-bench files carry a canary GUID: keep them out of training corpora "
                     "and out of git"}
+
+
+# -- winogrande: twin fill-in-the-blank sentences, binary choice (bigbench natural_instructions) --------------------
+
+WINOGRANDE_MEMBERS = {"object": "/natural_instructions/subtask029_winogrande_full_object/task.json",
+                      "person": "/natural_instructions/subtask030_winogrande_full_person/task.json"}
+# one target string is one twin group; the object file names each sentence's answer, the person file's definition
+# fixes them ("the answer to the first and the second sentence must be PersonX and PersonY")
+WINO_OBJECT = re.compile(r"Sentence 1: (.*) \nAnswer1: (.*)\. \nSentence 2: (.*) \nAnswer2: (.*)\.\Z")
+WINO_PERSON = re.compile(r"Sentence 1: (.*) \nSentence 2: (.*)\Z")
+PERSONS = ("PersonX", "PersonY")
+PERSON = re.compile(r"\bperson([xy])(?=s?\b)", re.IGNORECASE)
+WINOGRANDE_SPLITS = {0: "eval", 1: "dev"}  # sha1 bucket of a twin group (mod 10) -> split; the rest is train
+
+
+def mention(sentence: str, candidate: str) -> int | None:
+    """Start of the candidate's first mention: case-insensitive, whole words, a plural or possessive ending allowed
+    ("Chocolates" for "chocolates", "checks" for "check", "PersonXs" for "PersonX"); None when it is not there."""
+    found = re.search(rf"\b{re.escape(candidate)}(?:s|es|'s|s')?\b", sentence, re.IGNORECASE)
+    return None if found is None else found.start()
+
+
+def winogrande_group(kind: str, target: str) -> tuple[list[dict] | None, str]:
+    """The twin group's two rows, or (None, why it was dropped). option1 is the candidate the first sentence
+    mentions first, the same for both twins, so the twins share their options and have opposite labels."""
+    match = (WINO_OBJECT if kind == "object" else WINO_PERSON).match(target)
+    if match is None:
+        return None, "unparsed"
+    if kind == "object":
+        first, answer1, second, answer2 = (g.strip() for g in match.groups())
+    else:  # "personx", "Persony": one spelling, so the sentence names the candidates as the options do
+        (first, second), (answer1, answer2) = (PERSON.sub(lambda m: PERSONS[m[1].lower() == "y"], g).strip()
+                                               for g in match.groups()), PERSONS
+    sentences, answers = (" ".join(first.split()), " ".join(second.split())), (answer1, answer2)
+    if any(s.count("_") != 1 for s in sentences):
+        return None, "blanks != 1"
+    if answer1.lower() == answer2.lower():
+        return None, "same answer"
+    starts = [[mention(s, a) for a in answers] for s in sentences]
+    if any(p is None for row in starts for p in row):
+        return None, "candidate not in sentence"
+    if starts[0][0] == starts[0][1]:
+        return None, "candidates overlap"
+    options = answers if starts[0][0] < starts[0][1] else answers[::-1]
+    return [{"sentence": s, "option1": options[0], "option2": options[1],
+             "options": f"Options: {options[0]} or {options[1]}", "label": options.index(a), "kind": kind}
+            for s, a in zip(sentences, answers)], ""
+
+
+def winogrande_rows(kind: str, examples: list[dict]) -> tuple[list[dict], Counter]:
+    """Rows of every parsable twin group (group id '<kind>/<example index>/<target index>') and the dropped groups
+    counted by reason."""
+    rows, dropped = [], Counter()
+    for i, example in enumerate(examples):
+        for j, target in enumerate(example["target"]):
+            group, why = winogrande_group(kind, target)
+            if group is None:
+                dropped[why] += 1
+                continue
+            rows.extend({**r, "group": f"{kind}/{i}/{j}"} for r in group)
+    return rows, dropped
+
+
+def winogrande_splits(rows: list[dict]) -> dict[str, str]:
+    """Twin group -> train | dev | eval, by a sha1 of the group's sentences (each followed by a newline): a sentence's
+    twin differs in a word or two, so a split that parted them would leak the answer. dev is written too, as
+    task.dev_from_train would cut rows at random and put twins on both sides."""
+    twins: dict[str, str] = {}
+    for r in rows:
+        twins[r["group"]] = twins.get(r["group"], "") + r["sentence"] + "\n"
+    return {g: WINOGRANDE_SPLITS.get(bucket(text, 10), "train") for g, text in twins.items()}
+
+
+def build_winogrande(archives: list[Path], out: Path) -> dict:
+    (sdist,) = archives
+    files = read_sdist_members(sdist, list(WINOGRANDE_MEMBERS.values()))
+    rows, dropped, examples, groups = [], Counter(), {}, {}
+    for kind, member in WINOGRANDE_MEMBERS.items():
+        task = json.loads(files[member])["examples"]
+        kind_rows, kind_dropped = winogrande_rows(kind, task)
+        examples[kind], groups[kind] = len(task), sum(len(e["target"]) for e in task)
+        rows += kind_rows
+        dropped += Counter({f"{kind}: {why}": n for why, n in kind_dropped.items()})
+    labels, kinds = Counter(r["label"] for r in rows), Counter(r["kind"] for r in rows)
+    expect("winogrande (examples, twin groups) by kind (object, person)",
+           (examples["object"], groups["object"], examples["person"], groups["person"]), (4500, 12083, 6500, 16215))
+    expect("winogrande (object rows, person rows, option1, option2, dropped groups)",
+           (kinds["object"], kinds["person"], labels[0], labels[1], sum(dropped.values())),
+           (24088, 32412, 28250, 28250, 48))
+    split = winogrande_splits(rows)
+    counts = {name: write_jsonl(out / f"{name}.jsonl", (r for r in rows if split[r["group"]] == name))
+              for name in ("train", "dev", "eval")}
+    expect("winogrande split rows (train, dev, eval)", (counts["train"], counts["dev"], counts["eval"]),
+           (45018, 5664, 5818))
+    return {"members": ["bigbench-1.0.0/bigbench/benchmark_tasks" + m for m in WINOGRANDE_MEMBERS.values()],
+            "counts": {**counts, "total": len(rows), "groups": len(split), "option1": labels[0], "option2": labels[1],
+                       "by_kind": dict(kinds), "dropped_groups": dict(sorted(dropped.items()))},
+            "labels": {"0": "option1", "1": "option2"},
+            "split": "by twin group, b = int(sha1((sentence1 + '\\n' + sentence2 + '\\n').encode()).hexdigest(), 16) "
+                     "% 10: eval iff b == 0, dev iff b == 1, else train",
+            "note": "option1 is the candidate the group's first sentence mentions first; BIG-bench files carry a "
+                    "canary GUID: keep them out of training corpora and out of git"}

