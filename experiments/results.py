@@ -91,7 +91,8 @@ def provenance(device: str, dirty: bool) -> dict:
         except PackageNotFoundError:
             return None
     return {
-        "git_sha": _git("rev-parse", "HEAD"),
+        # a copy of a clean checkout without .git (a lent GPU machine) names its commit in STRATA_GIT_SHA
+        "git_sha": _git("rev-parse", "HEAD") or os.environ.get("STRATA_GIT_SHA"),
         "git_dirty": dirty,
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "python": platform.python_version(),
