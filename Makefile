@@ -9,7 +9,7 @@ STAMP   := $(VENV)/.strata-installed
 CACHE   := $(or $(STRATA_CACHE),$(HOME)/.cache/strata)
 HARDWARE ?= gpu
 # implemented so far; each paper issue adds its package here
-PAPERS  := finetune recycling pema intrinsic_dim eat
+PAPERS  := finetune recycling pema intrinsic_dim eat layer_fusion
 export HF_HUB_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM := false
@@ -21,7 +21,7 @@ help: ## list the targets, with this checkout's values
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-22s %s\n", $$1, $$2}'
 	@for p in $(PAPERS); do \
 	  printf "  %-22s %s\n" "$$p-cpu" "CPU tier: $$(cd conf/experiment/$$p && ls *_cpu.yaml | sed 's/.yaml//' | paste -sd, - | sed 's/,/, /g')" ; \
-	  printf "  %-22s %s\n" "$$p" "paper scale (hardware=$(HARDWARE); hub ids need HF_HUB_OFFLINE=0): $$(cd conf/experiment/$$p && ls *.yaml | sed 's/.yaml//' | grep -v -e _cpu -e '^smoke$$' | paste -sd, - | sed 's/,/, /g')" ; \
+	  printf "  %-22s %s\n" "$$p" "paper scale (hardware=$(HARDWARE); hub ids need HF_HUB_OFFLINE=0): $$(cd conf/experiment/$$p && ls *.yaml | sed 's/.yaml//' | grep -v -e _cpu -e '^smoke' | paste -sd, - | sed 's/,/, /g')" ; \
 	done
 
 # the install is redone when pyproject.toml's content changes (not its mtime: a fresh clone's files are all new)
@@ -46,7 +46,8 @@ test-slow: assets ## only the slow tests
 	STRATA_REQUIRE_ASSETS=1 $(PY) -m pytest -m slow
 
 smoke: setup ## every implemented method on a tiny random model and the fixtures (seconds)
-	for p in $(PAPERS); do $(RUN) -m experiment=$$p/smoke || exit 1; done
+	for p in $(PAPERS); do for s in conf/experiment/$$p/smoke*.yaml; do \
+	  $(RUN) -m experiment=$$p/$$(basename $$s .yaml) || exit 1; done; done
 
 reproduce: assets ## the default (CPU) tier of every implemented paper, then results/REPORT.md
 	@i=0; for p in $(PAPERS); do i=$$((i+1)); \

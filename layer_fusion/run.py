@@ -110,7 +110,7 @@ def apply_regime(cfg: DictConfig, model: FusionModel) -> None:
 # ---- cached block outputs (fe) -----------------------------------------------------------------------------------
 def cached_blocks(cfg: DictConfig, ctx: RunContext, store, backbone: nn.Module, feats, tok_key: str,
                   select: str) -> list[torch.Tensor]:
-    """Per example, its block outputs z_1..z_n as one (T_i or 1, n, d) fp16 tensor, from the activation store
+    """Per example, its block outputs z_1..z_n as one (T_i or 1, n, d) tensor in the store's dtype, from the store
     (every block 1..L is stored once per example and model, whatever n this run reads)."""
     L, n = cfg.model.num_layers, blocks_of(cfg)
     rows = D.rows_of(feats)
@@ -124,7 +124,7 @@ def cached_blocks(cfg: DictConfig, ctx: RunContext, store, backbone: nn.Module, 
         if norm is not None and n < L:
             with torch.no_grad():
                 z = renorm_last(z.float(), norm).to(z.dtype)
-        out.append(z.to(torch.float16).contiguous())
+        out.append(z.contiguous())
     return out
 
 
@@ -196,7 +196,9 @@ def train_config(cfg: DictConfig, n_batches: int) -> DictConfig:
 def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
     check(cfg)
     m, task = cfg.method, cfg.task
-    tok, backbone = load_encoder(cfg.model)
+    # a frozen backbone is shared by the runs of a sweep in one process; a trained one is loaded fresh
+    tok, backbone = (_memo(("backbone", OmegaConf.to_yaml(cfg.model)), lambda: load_encoder(cfg.model))
+                     if m.regime == "fe" else load_encoder(cfg.model))
     backbone.eval()
     ctx.tokenizer_fingerprint = tok_key = tokenizer_fingerprint(tok)
     raw = D.load_splits(task, cfg.data)
@@ -303,7 +305,7 @@ def split_inputs(cfg, ctx, store, backbone, f, tok_key, select, pooled):
     if pooled:  # one state per example: the head's pooling applied to each block (pooling and fusion commute)
         if select == "all":
             z = [pool(s.float().transpose(0, 1), torch.ones(s.shape[1], s.shape[0], dtype=torch.long),
-                      cfg.model.pooling).unsqueeze(0).to(torch.float16) for s in z]
+                      cfg.model.pooling).unsqueeze(0).to(s.dtype) for s in z]
     elif cfg.task.type == "ner" and cfg.method.fusion != "deeper":
         keep = labelled_positions(f)
         z = [s[k] for s, k in zip(z, keep)]

@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def experiments(paper: str, hardware: str, conf: Path = REPO / "conf" / "experiment", hub: bool = True) -> list[str]:
-    """The tier's experiment files in run order (sorted names): `*_cpu` on CPU, the others (smoke aside) otherwise;
+    """The tier's experiment files in run order (sorted names): `*_cpu` on CPU, the others (smoke* aside) otherwise;
     without the hub (`hub=False`) only the `offline_*` ones, which need nothing but the packaged assets."""
     folder = conf / paper
     if not folder.is_dir():
@@ -31,7 +31,8 @@ def experiments(paper: str, hardware: str, conf: Path = REPO / "conf" / "experim
                          f"{', '.join(known)}")
     names = sorted(p.stem for p in folder.glob("*.yaml"))
     cpu = hardware == "cpu"
-    return [n for n in names if n.endswith("_cpu") == cpu and n != "smoke" and (hub or cpu or n.startswith("offline"))]
+    return [n for n in names
+            if n.endswith("_cpu") == cpu and not n.startswith("smoke") and (hub or cpu or n.startswith("offline"))]
 
 
 def clock(seconds: float) -> str:

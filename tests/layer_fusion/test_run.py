@@ -1,0 +1,138 @@
+"""method=layer_fusion through the suite's runner on tiny models and the fixtures: feature extraction from the
+activation store gives the same logits as running the frozen backbone (also on the labelled positions alone), the
+few-shot sample follows the protocol, the records carry what the report reads, and bad configs are refused before
+any work."""
+import numpy as np
+import pytest
+import torch
+
+from experiments import data as D
+from experiments.context import RunContext
+from experiments.models import load_encoder, tokenizer_fingerprint
+from experiments.optim import own_lr, param_groups
+from experiments.run import execute
+from layer_fusion import params as LP
+from layer_fusion import run as R
+from layer_fusion.fusion import DepthFusion
+from tests.conftest import compose
+
+
+def record(smoke_cfg, tmp_path, *overrides):
+    cfg = smoke_cfg("method=layer_fusion", *overrides)
+    rec = execute(cfg, tmp_path / "out" / cfg.run_id)
+    assert rec["status"] == "ok", rec.get("error")
+    return rec
+
+
+def fe_setup(tmp_path, *overrides):
+    cfg = compose("debug=smoke", "method=layer_fusion", *overrides)
+    tok, backbone = load_encoder(cfg.model)
+    backbone.eval()
+    ctx = RunContext(output_dir=tmp_path, device=torch.device("cpu"), device_name="cpu", store_dir=tmp_path / "store",
+                     store_dtype="fp32")
+    raw = D.load_splits(cfg.task, cfg.data)
+    feats = D.encode(raw["eval"], tok, cfg.task, D.max_length(cfg.task, cfg.data), train=False)
+    torch.manual_seed(0)
+    model = R.build(cfg, backbone, len(cfg.task.label_names), pooled=cfg.method.protocol == "p32")
+    model.eval()
+    return cfg, ctx, tok, backbone, feats, model
+
+
+@pytest.mark.parametrize("fusion", ["last", "scalar_mix", "concat", "dwatt", "deeper"])
+def test_cached_blocks_give_the_backbones_logits_on_the_scored_positions(fusion, tmp_path):
+    cfg, ctx, tok, backbone, feats, model = fe_setup(tmp_path, "task=wnut16", f"method.fusion={fusion}")
+    cached, scored = R.split_inputs(cfg, ctx, ctx.store(), backbone, feats, tokenizer_fingerprint(tok), "all", False)
+    n = 8
+    with torch.no_grad():
+        full = model(**D.collate(D.rows_of(feats.select(range(n))), tok.pad_token_id)).logits
+        fed = model(**cached.inputs(0, n)).logits
+    for i in range(n):
+        keep = [p for p, w in enumerate(feats[i]["word_index"]) if w >= 0] if fusion != "deeper" \
+            else list(range(len(feats[i]["input_ids"])))
+        assert fed[i, :len(keep)].shape == full[i, keep].shape
+        torch.testing.assert_close(fed[i, :len(keep)], full[i, keep], atol=1e-5, rtol=1e-5)
+    if fusion != "deeper":  # evaluation aligns the compacted positions with their words
+        assert [w for w in scored[0]["word_index"]] == [w for w in feats[0]["word_index"] if w >= 0]
+
+
+@pytest.mark.parametrize("fusion", ["last", "mean", "scalar_mix"])
+def test_pooled_probe_equals_pooling_the_fused_states(fusion, tmp_path):
+    """P-32's frozen probe pools each block first (one state per example in the store); for the linear fusions
+    this equals the head pooling the fused sequence, which is what a fine-tuned model computes."""
+    cfg, ctx, tok, backbone, feats, model = fe_setup(tmp_path, "task=rt-polarity", "model=tiny-llama",
+                                                     "method.protocol=p32", f"method.fusion={fusion}")
+    with torch.no_grad():
+        model.fusion.lam.normal_() if fusion == "scalar_mix" else None
+    cached, _ = R.split_inputs(cfg, ctx, ctx.store(), backbone, feats, tokenizer_fingerprint(tok), "last", True)
+    unpooled = R.build(cfg, backbone, 2, pooled=False)
+    unpooled.load_state_dict(model.state_dict())
+    unpooled.eval()
+    with torch.no_grad():
+        probe = model(**cached.inputs(0, 6)).logits
+        full = unpooled(**D.collate(D.rows_of(feats.select(range(6))), tok.pad_token_id)).logits
+    torch.testing.assert_close(probe, full, atol=1e-5, rtol=1e-5)
+
+
+def test_few_shot_sample_is_uniform_per_trial_and_refuses_too_many():
+    a = R.few_shot_sample(100, 4, 5, seed=0)
+    assert len(a) == 20 == len(set(a)) and a == sorted(a) and a == R.few_shot_sample(100, 4, 5, seed=0)
+    assert a != R.few_shot_sample(100, 4, 5, seed=1)  # each trial draws its own sentences
+    counts = np.bincount(np.concatenate([R.few_shot_sample(10, 1, 5, s) for s in range(2000)]), minlength=10)
+    assert counts.min() > 0.9 * counts.mean()  # uniform over the pool (not stratified, not the first k)
+    with pytest.raises(ValueError, match="method.shots=30 x 5 classes = 150 sentences, but the train split has 100"):
+        R.few_shot_sample(100, 30, 5, seed=0)
+
+
+@pytest.mark.parametrize("fusion", ["dwatt", "scalar_mix", "deeper"])
+def test_fewshot_record_carries_curve_best_and_new_parameters(fusion, smoke_cfg, tmp_path):
+    rec = record(smoke_cfg, tmp_path, "task=wnut16", f"method.fusion={fusion}", "method.shots=1", "train.patience=0",
+                 "method.evals_per_run=3")
+    m, extra = rec["metrics"], rec["extra"]
+    curve = [c["dev/entity_f1"] for c in extra["curve"]]
+    assert m["dev/entity_f1"] == pytest.approx(max(curve)) and m["dev/entity_f1_final"] == pytest.approx(curve[-1])
+    assert len(curve) == 3 and "eval/entity_f1" in m
+    assert len(extra["sample"]) == len(set(extra["sample"])) == 10  # N = 1 x wnut16's 10 entity types
+    assert m["params/trainable"] == m["params/new"]  # fe: the backbone is frozen
+    cfg = compose("model=tiny-bert")
+    added = LP.count(LP.architecture(cfg.model), fusion, 1 if fusion == "deeper" else None)
+    assert m["params/fusion"] == added
+    if fusion == "scalar_mix":
+        assert len(extra["lambda"]) == 4 and len(extra["lambda_trajectory"]) == 3
+        assert sum(extra["layer_weights"]) == pytest.approx(1.0)
+
+
+def test_lambda_gets_its_own_learning_rate():
+    fusion = DepthFusion("scalar_mix", 4, 8)
+    own_lr(fusion.lam, 0.1)
+    groups = param_groups(torch.nn.ModuleDict({"f": fusion, "head": torch.nn.Linear(8, 2)}), 0.01)
+    own = [g for g in groups if "lr" in g]
+    assert len(own) == 1 and own[0]["lr"] == 0.1 and own[0]["params"] == [fusion.lam]
+    assert own[0]["weight_decay"] == 0.0
+
+
+@pytest.mark.parametrize("overrides,match", [
+    (("task=rt-polarity", "method.protocol=fewshot"), "fewshot needs a ner task"),
+    (("task=wnut16", "method.protocol=p32"), "p32 needs a cls or pair task"),
+    (("task=rt-polarity", "method.protocol=p32", "model=tiny-llama", "method.fusion=deeper"), "decoder"),
+    (("task=wnut16", "method.truncate=9"), r"method.truncate=9 must lie in 1..4"),
+    (("task=wnut16", "train.patience=2"), "train.patience=2"),
+    (("task=wnut16", "train.patience=0", "method.fusion=dwatt", "method.lambda_lr=0.1"), "scalar_mix only"),
+    (("task=wnut16", "method.fusion=sum"), "method.fusion='sum' is not one of"),
+])
+def test_bad_configs_are_refused_before_any_work(overrides, match, smoke_cfg, tmp_path):
+    cfg = smoke_cfg("method=layer_fusion", "on_error=record", *overrides)
+    with pytest.raises(ValueError, match=match):
+        R.check(cfg)
+    rec = execute(cfg, tmp_path / "out")
+    assert rec["status"] == "failed" and "train/steps" not in rec.get("metrics", {})
+
+
+@pytest.mark.assets
+def test_a_packaged_decoder_loads_with_its_tied_input_embedding():
+    """The decoder stack of smollm2 keeps the embedding its checkpoint stores only as lm_head (a bare AutoModel load
+    leaves it random: the bug this guards against)."""
+    from experiments.models import load_causal_lm
+    model = compose("model=smollm2-135m").model
+    _, dec = load_encoder(model)
+    _, lm = load_causal_lm(model)
+    assert torch.equal(dec.embed_tokens.weight, lm.lm_head.weight)
