@@ -24,6 +24,7 @@ from experiments.context import RunContext
 from experiments.evaluate import evaluate
 from experiments.models import SequenceHead, TokenHead, load_encoder, pool, tokenizer_fingerprint
 from experiments.optim import own_lr
+from experiments.store import model_fingerprint
 from experiments.train import fit
 from layer_fusion.config import FUSIONS, PROTOCOLS, REGIMES
 from layer_fusion.fusion import DepthFusion, ExtraLayers, default_extra_layers, final_norm_of
@@ -114,9 +115,11 @@ def cached_blocks(cfg: DictConfig, ctx: RunContext, store, backbone: nn.Module, 
     (every block 1..L is stored once per example and model, whatever n this run reads)."""
     L, n = cfg.model.num_layers, blocks_of(cfg)
     rows = D.rows_of(feats)
+    # the frozen backbone's weights are hashed once per process (0.2 s per 100 MB), not once per run
+    key = _memo(("fingerprint", id(backbone), OmegaConf.to_yaml(cfg.model)), lambda: model_fingerprint(backbone))
     states = store.hidden_states(backbone, rows, list(range(1, L + 1)), tokenizer_key=tok_key,
                                  max_length=D.max_length(cfg.task, cfg.data), select=select,
-                                 batch_size=cfg.method.feature_batch, device=ctx.device)
+                                 batch_size=cfg.method.feature_batch, device=ctx.device, model_key=key)
     norm = final_norm_of(backbone)
     out = []
     for i in range(len(rows)):

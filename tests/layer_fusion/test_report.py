@@ -85,7 +85,7 @@ def _bench():
     return _rec("layer_fusion_bench", "e5-small", "wnut16", 0,
                 {"speedup/cached_vs_recompute": 6.0, "speedup/cached_vs_recompute_lo": 5.5,
                  "speedup/cached_vs_recompute_hi": 6.5, "time/cached_step_ms": 5.0, "time/recompute_step_ms": 30.0},
-                exp_id="layer_fusion/bench_cpu", fusion="dwatt", protocol="fewshot", regime="fe")
+                exp_id="layer_fusion/bench", fusion="dwatt", protocol="fewshot", regime="fe")
 
 
 def _runs():
