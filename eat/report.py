@@ -26,7 +26,7 @@ from eat.prune import keep_count
 from experiments import selection
 from experiments.claims import (BOOT_SEED, N_BOOT, example_ci, percentile_ci, resample_weights, resampled_metric)
 from experiments.paper_values import paper_values
-from experiments.tables import Table, delta, figure_link, fmt, label, natural, pyplot, save_figure
+from experiments.tables import Table, config_value, delta, figure_link, fmt, label, natural, pyplot, save_figure
 
 GENERIC_TABLES = ()
 TABLE_OF = {"SST-2": 1, "QQP": 2, "MNLI-m": 3}  # the paper's table per task
@@ -39,11 +39,7 @@ RUN_ALL = "`make eat-cpu` (the CPU tier; `make eat` at paper scale)"
 
 # ---- records ------------------------------------------------------------------------------------------------------
 
-def _c(r: dict, path: str):
-    node = r["config"]
-    for p in path.split("."):
-        node = node.get(p) if isinstance(node, dict) else None
-    return node
+_c = config_value
 
 
 def _of(runs: list[dict], method: str, variant: str | None = None) -> list[dict]:

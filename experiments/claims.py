@@ -992,11 +992,18 @@ def _correlation(claim: Claim, comp: Comparison, runs: list[dict]) -> Outcome:
     if len(x) < 3:
         out.reason = f"{len(x)} finite points; a correlation needs >= 3"
         return out
+    if np.ptp(x) == 0 or np.ptp(y) == 0:
+        out.reason = f"{comp.x if np.ptp(x) == 0 else comp.y} is the same at all {len(x)} points: no correlation"
+        return out
     out.estimate = float(np.corrcoef(x, y)[0, 1])
     rng = np.random.default_rng(BOOT_SEED)
     reps = np.array([np.corrcoef(x[i], y[i])[0, 1]
                      for i in rng.integers(0, len(x), size=(N_BOOT, len(x)))])
-    out.ci = percentile_ci(reps[np.isfinite(reps)])
+    reps = reps[np.isfinite(reps)]  # a resample that repeats one x (or one y) has no correlation
+    if len(reps) < N_BOOT // 2:
+        out.reason = f"only {len(reps)} of {N_BOOT} resamples have spread: too few distinct points"
+        return out
+    out.ci = percentile_ci(reps)
     out.n = f"n={len(x)} points from {len(recs)} records"
     out.verdict, advice = decide(comp.test, out.estimate, out.ci)
     if out.verdict == "inconclusive":

@@ -49,6 +49,14 @@ def run_label(run: dict, what: str) -> str:
     return label(c["name"], c.get("stand_in_for"))
 
 
+def config_value(run: dict, path: str):
+    """A run record's config value at a dotted path ("method.fusion"); None where any part is missing."""
+    node = run["config"]
+    for p in path.split("."):
+        node = node.get(p) if isinstance(node, dict) else None
+    return node
+
+
 def arrow(key: str) -> str:
     """↑ / ↓ after a metric key; '' for a declared quantity without a better side; '?' when nobody declared it
     (experiments/metrics.py)."""

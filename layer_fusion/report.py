@@ -28,7 +28,7 @@ import numpy as np
 from experiments import selection
 from experiments.claims import BOOT_SEED, N_BOOT, bootstrap_seeds, percentile_ci, resample_weights, resampled_metric
 from experiments.paper_values import paper_values
-from experiments.tables import Table, caps, figure_link, fmt, label, natural, pyplot, save_figure
+from experiments.tables import Table, caps, config_value, figure_link, fmt, label, natural, pyplot, save_figure
 
 GENERIC_TABLES = ()
 PAPER = "layer_fusion"
@@ -48,11 +48,7 @@ RUN_P32 = "`python -m experiments.run -m experiment=layer_fusion/p32_cpu`"
 
 # ---- records ------------------------------------------------------------------------------------------------------
 
-def _c(r: dict, path: str):
-    node = r["config"]
-    for p in path.split("."):
-        node = node.get(p) if isinstance(node, dict) else None
-    return node
+_c = config_value
 
 
 def _hw(r: dict) -> str:

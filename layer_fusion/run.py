@@ -209,7 +209,6 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
         raise ValueError(f"task={task.name} has no dev split: set task.dev_from_train (layer fusion chooses and "
                          "reports on dev; eval is scored once at the chosen weights)")
     n_len = D.max_length(task, cfg.data)
-    sample = None
     if m.protocol == "fewshot":
         C = m.classes or entity_types(task.label_names)
         sample = few_shot_sample(len(raw["train"]), m.shots, C, cfg.seed)
@@ -225,7 +224,7 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
 
     t0 = time.perf_counter()
     if m.regime == "fe":
-        batches, n_batches, inputs, score_feats = fe_inputs(cfg, ctx, model, backbone, feats, tok_key, pooled)
+        batches, n_batches, inputs, score_feats = fe_inputs(cfg, ctx, backbone, feats, tok_key, pooled)
         model.backbone = None  # the cached states stand in for it
     else:
         batches, n_batches = D.train_batches(feats["train"], cfg.hardware.batch_size, tok.pad_token_id, cfg.seed,
@@ -273,7 +272,7 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
     return out
 
 
-def fe_inputs(cfg, ctx, model, backbone, feats, tok_key, pooled):
+def fe_inputs(cfg, ctx, backbone, feats, tok_key, pooled):
     """(train batches, batches per epoch, eval inputs per split, the features evaluation aligns with) from cached
     block outputs. Token tasks keep only the labelled positions unless the extra blocks need the whole sentence."""
     m = cfg.method
@@ -290,12 +289,15 @@ def fe_inputs(cfg, ctx, model, backbone, feats, tok_key, pooled):
     return batches, n_batches, {s: cached[s].inputs for s in ("dev", "eval")}, score_feats
 
 
-_MEMO: dict = {}  # a sweep in one process reads each split's cached blocks once (a few recent splits are kept)
+_MEMO: dict = {}  # a sweep in one process loads its frozen backbone and reads each split's cached blocks once
 
 
 def _memo(key, compute):
-    if key not in _MEMO:
-        if len(_MEMO) >= 6:
+    """The value for `key`, computed once; the least recently used of more than 8 entries is dropped."""
+    if key in _MEMO:
+        _MEMO[key] = _MEMO.pop(key)  # most recently used last
+    else:
+        if len(_MEMO) >= 8:
             _MEMO.pop(next(iter(_MEMO)))
         _MEMO[key] = compute()
     return _MEMO[key]

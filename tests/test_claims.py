@@ -269,6 +269,18 @@ def test_correlation_and_spread_kinds():
     assert s_row.verdict == "does not hold" and s_row.outcomes[0].estimate == pytest.approx(6.0)
 
 
+def test_a_correlation_over_one_x_value_is_not_testable_not_a_crash():
+    runs = [rec(f"v{i}", task=f"t{i}", extra={"curves": {"x": [5.0] * 4, "y": [1.0, 2.0, 3.0, 4.0 + i]}})
+            for i in range(3)]
+    corr = claim({"kind": "correlation", "at_least": 0.5}, needs_signal=False, cid="r", a={"method.name": "x"},
+                 x="extra.curves.x", y="extra.curves.y")
+    for k in ("b", "metric", "units", "pair_by"):
+        corr["compare"].pop(k)
+    (row,) = rows(runs, corr)
+    assert row.verdict == "not testable here"
+    assert "extra.curves.x is the same at all 12 points" in row.outcomes[0].reason
+
+
 # ---------------------------------------------------------------- selectors, pairing, scales
 
 def test_two_records_for_one_pair_key_are_named_in_the_row_not_a_crash():
