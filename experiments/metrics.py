@@ -87,8 +87,10 @@ KEY_DIRECTIONS: tuple[tuple[re.Pattern, bool | None], ...] = tuple((re.compile(p
     (r"loss$", False),
     (r"^reduction/|_reduction_pct$|^pema/params_removed$", True),
     (r"auc_", None),
-    (r"(accuracy|f1|mcc|pearson|spearman)_final$", True),  # the last evaluation, recorded beside the best one
+    (r"(accuracy|f1|f1_macro|mcc|pearson|spearman)_final$", True),  # the last evaluation, beside the best one
     (r"^lambda/", None),                 # the shape of learned layer weights (entropy, early-block share)
+    (r"^bench/runs_to_break_even$", False),  # runs after which a cache's one-off fill has paid for itself
+    (r"^bench/dev_gap$", None),          # |Δ best dev score| between two arms that should train alike: a check
     (r"^(params|sizes|vocab|id|sft|train|recycling|storage|cache|pema)/", None),
 ))
 
