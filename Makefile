@@ -9,7 +9,7 @@ STAMP   := $(VENV)/.strata-installed
 CACHE   := $(or $(STRATA_CACHE),$(HOME)/.cache/strata)
 HARDWARE ?= gpu
 # implemented so far; each paper issue adds its package here
-PAPERS  := finetune recycling pema intrinsic_dim eat layer_fusion
+PAPERS  := finetune recycling pema intrinsic_dim eat layer_fusion reverse_probing
 export HF_HUB_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM := false

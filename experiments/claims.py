@@ -10,7 +10,9 @@ config (`a`, and `b` or `expected` constants), pairs them on `pair_by`, and test
       units: points              # optional: fractions (accuracy, F1) x 100, so thresholds read in points
       a: {method.variant: reduced, method.k: null}       # selectors: value, list (any of), glob, {gt|ge|lt|le|not: v}
       b: {method.variant: full}                          # or a list of selectors (one comparison each)
-      #   `select: best_dev` in an arm keeps only the records at each group's lr chosen on dev (experiments/selection.py)
+      #   `select: best_dev` in an arm keeps only the records at each group's lr chosen on dev (selection.py);
+      #   `select: best_dev:method.trunc` the same for another field (a layer); a list field (method.sources) matches
+      #   a list selector holding the same items in any order, globs allowed ([minilm-l6, "*"]: any pair with it)
       pair_by: [model.name, task.name, seed]             # `seed` is the replicate; the rest form groups
       test: {kind: difference, at_least: -1.0}
 
@@ -37,6 +39,7 @@ hardware plus offline stand-ins vs the paper's own models and data, never merged
 from __future__ import annotations
 
 import fnmatch
+import itertools
 import json
 import logging
 import math
@@ -319,7 +322,7 @@ def _selectors(v: Any, fail) -> list[dict]:
     for s in items:
         if not isinstance(s, dict) or not s:
             fail(f"{s!r} must be a non-empty mapping of config field -> value, e.g. {{method.variant: reduced}}")
-        if "select" in s and s["select"] not in selection.SELECTIONS:
+        if "select" in s and not selection.valid(s["select"]):
             fail(f"select: {s['select']!r} is not a selection; valid: {', '.join(selection.SELECTIONS)}")
         for key, want in s.items():
             if isinstance(want, dict) and (len(want) != 1 or next(iter(want)) not in (*_OPS, "not")):
@@ -364,7 +367,7 @@ def matches(record: dict, selector: dict) -> bool:
 
 def _match_value(have: Any, want: Any) -> bool:
     if isinstance(want, list):
-        return any(_match_value(have, w) for w in want)
+        return _same_items(have, want) or any(_match_value(have, w) for w in want)
     if isinstance(want, dict):
         (op, arg), = want.items()
         if op == "not":
@@ -377,6 +380,14 @@ def _match_value(have: Any, want: Any) -> bool:
     if isinstance(want, (int, float)) and isinstance(have, (int, float)):
         return float(have) == float(want)
     return have == want
+
+
+def _same_items(have: Any, want: list) -> bool:
+    """A list-valued field (method.sources) against a list selector: the same items in any order, each a value or a
+    glob (["*"]: any one item); otherwise a list selector means any of its values."""
+    if not isinstance(have, list) or len(have) != len(want) or len(have) > 8:
+        return False
+    return any(all(_match_value(h, w) for h, w in zip(p, want)) for p in itertools.permutations(have))
 
 
 def select(runs: list[dict], selector: dict) -> list[dict]:

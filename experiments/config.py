@@ -35,7 +35,7 @@ class HubData:
 @dataclass
 class TaskConfig:
     name: str = MISSING
-    type: str = MISSING  # cls | pair | ner | qa
+    type: str = MISSING  # cls | pair | ner | qa | coref (experiments.data.TASK_TYPES)
     source: str = "offline"  # offline | hub | fixture
     offline: Optional[str] = None  # asset name under $STRATA_CACHE/data
     hf: HubData = field(default_factory=HubData)

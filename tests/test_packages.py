@@ -15,7 +15,7 @@ README_SECTIONS = ("targets", "deviations", "inconsistencies")  # each a `## ` h
 
 
 def test_every_paper_with_a_method_is_checked():
-    assert PACKAGES == ["eat", "intrinsic_dim", "layer_fusion", "pema", "recycling"]
+    assert PACKAGES == ["eat", "intrinsic_dim", "layer_fusion", "pema", "recycling", "reverse_probing"]
 
 
 @pytest.mark.parametrize("paper", PACKAGES)

@@ -1,0 +1,74 @@
+"""What a frozen source model contributes per token (spec §1.1): its hidden states at every layer, pooled to words,
+reduced to one vector per word by the extraction variant.
+
+States are `hidden_states` of the HF model, stacked (L+1, W, d): index 0 the embedding output, index l the output of
+layer l. Model truncation after layer l gives exactly `hidden_states[l]` ([R] `encoder.layer = layer[:l]`), so every
+variant is a read of the same stored stack.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+VARIANTS = ("full", "trunc", "norm", "concat")
+
+
+def check_variant(variant: str, num_layers: int, layer: int | None = None, concat_n: int | None = None) -> None:
+    """The paper's combinations only [spec §5.7]: norm on the last layer, trunc at one layer, concat of the last n."""
+    if variant not in VARIANTS:
+        raise ValueError(f"method.variant={variant!r} is not one of {', '.join(VARIANTS)}")
+    if variant == "trunc" and (layer is None or not 1 <= layer <= num_layers):
+        raise ValueError(f"method.variant=trunc reads hidden_states[L] with 1 <= L <= {num_layers}; got "
+                         f"method.trunc={layer!r}: give one layer per source")
+    if variant == "concat" and (concat_n is None or not 1 <= concat_n <= num_layers):
+        raise ValueError(f"method.variant=concat joins the last n layers, 1 <= n <= {num_layers}; got "
+                         f"method.concat_n={concat_n!r}")
+
+
+def extract(states: torch.Tensor, variant: str, layer: int | None = None, concat_n: int | None = None) -> torch.Tensor:
+    """(L+1, ..., d) → (..., d) (concat: (..., n·d), the last n layers in order, as [R] concatenates them)."""
+    return read_variant(states.__getitem__, states.shape[0] - 1, variant, layer, concat_n)
+
+
+def read_variant(read: Callable[[int], torch.Tensor], num_layers: int, variant: str, layer: int | None = None,
+                 concat_n: int | None = None) -> torch.Tensor:
+    """The variant from `read(k)` = hidden_states[k], reading only the layers it needs (a lazy store view)."""
+    L = num_layers
+    check_variant(variant, L, layer, concat_n)
+    if variant == "full":
+        return read(L)
+    if variant == "trunc":
+        return read(layer)
+    if variant == "norm":
+        last = read(L)
+        return F.normalize(last.float(), p=2, dim=-1).to(last.dtype)
+    return torch.cat([read(k) for k in range(L - concat_n + 1, L + 1)], -1)
+
+
+def width(variant: str, d: int, concat_n: int | None = None) -> int:
+    return d * concat_n if variant == "concat" else d
+
+
+def word_pool(pieces: torch.Tensor, word_ids: list[int | None], n_words: int, how: str = "mean") -> torch.Tensor:
+    """(..., T, d) sub-token states → (..., n_words, d): the mean of each word's pieces, or its first piece.
+    Sources with different tokenizers (a trimmed vocabulary splits words differently) meet at the word, so any
+    sources can be aggregated token-wise."""
+    if how not in ("mean", "first"):
+        raise ValueError(f"word pooling {how!r}: use mean or first")
+    idx = [(t, w) for t, w in enumerate(word_ids) if w is not None]
+    if {w for _, w in idx} != set(range(n_words)):
+        missing = sorted(set(range(n_words)) - {w for _, w in idx})
+        raise ValueError(f"words {missing[:5]} have no sub-token (cut by the max length?); every word needs one")
+    if how == "first":
+        first = {}
+        for t, w in idx:
+            first.setdefault(w, t)
+        return pieces[..., [first[w] for w in range(n_words)], :]
+    tok = torch.tensor([t for t, _ in idx])
+    word = torch.tensor([w for _, w in idx])
+    out = torch.zeros(*pieces.shape[:-2], n_words, pieces.shape[-1], dtype=torch.float32)
+    out.index_add_(-2, word, pieces[..., tok, :].float())
+    counts = torch.bincount(word, minlength=n_words).clamp_min(1).to(out.dtype)
+    return (out / counts.unsqueeze(-1)).to(pieces.dtype)

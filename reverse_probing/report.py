@@ -1,0 +1,642 @@
+"""Reverse probing's own tables and figures, built from results/reverse_probing/runs/**/*.json by
+`python -m experiments.report reverse_probing` (never edited by hand). Records are grouped by what they computed
+(target task, hardware, method.sources, method.variant, method.aggregate, layers), not by experiment:
+
+    tables/table1_single     Table 1: single sources × {mean, attention} × {full, norm, trunc} and concat-n+attention,
+                             ours beside the paper's row (stand-ins labelled)          (+ figures/fig2_sources)
+    tables/table2_pairs      Table 2: pairs; tables/table3_multi: Table 3, three sources and more
+    tables/layer_sweep       the sweep behind "trunc" (Fig. 5): eval F1 per layer, the layer chosen on dev per source,
+                             the paper's sweep beside it                                (+ figures/fig5_layer_sweep)
+    tables/mean_vs_attention Fig. 4: mean vs attention over the full embeddings, paired by seed
+    tables/single_vs_pairs   Fig. 8: each pair beside its two single sources, pair − best single (chosen on dev)
+    tables/cossim            Fig. 3: mean cosine of each source's token embeddings to the CorefTarget encoder's
+    figures/fig9_alpha       Fig. 9: the attention weight per source over epochs (tables/alpha)
+    tables/sum_vs_mean       §4.3: sum vs mean aggregation, paired by seed
+    tables/source_tasks      each source fine-tune scored on its own task (is it a trained source at all?)
+    tables/bench             head-only training per epoch vs one encoder forward over the same documents
+
+Every score is the target's objective on its eval split (CoNLL F1 for coreference, ×100), scored once at the weights
+dev chose; a cell is mean [95% bootstrap CI over seeds] (n). Layers and concat depths are chosen on dev, never on
+eval. A section without records says which command makes them."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from experiments import selection
+from experiments.claims import BOOT_SEED, bootstrap_seeds, percentile_ci
+from experiments.paper_values import paper_values
+from experiments.tables import PERCENT, Table, caps, config_value, figure_link, fmt, natural, pyplot, save_figure
+
+GENERIC_TABLES = ()
+PAPER = "reverse_probing"
+PAPER_TASK = "CoNLL-2012"
+PAPER_BLOCK = f"paper: {PAPER_TASK} dev, bert-base-cased sources"
+PAPER_ROWS = ("MRPC", "NER", "RE", "QA", "BERT", "Coref")  # Table 1's order
+VARIANTS = ("full", "norm", "trunc")
+AGGS = {"mean": "mean", "attention": "attn"}
+T1_CONCAT = (4, 6, 12)  # the paper's concat depths
+PERCENT_KEYS = PERCENT | {"conll_f1", "muc_f1", "b3_f1", "ceafe_f1"}  # fractions, shown ×100
+RUN_ALL = "`make reverse_probing-cpu` (the CPU tier; `make reverse_probing` at paper scale)"
+
+
+def run_exp(name: str) -> str:
+    return f"`python -m experiments.run -m experiment=reverse_probing/{name}` or {RUN_ALL}"
+
+
+# ---- records ------------------------------------------------------------------------------------------------------
+
+_c = config_value
+
+
+def _hw(r: dict) -> str:
+    return r["provenance"].get("hardware") or _c(r, "hardware.name") or "?"
+
+
+def _of(runs: list[dict], method: str = "reverse_probing") -> list[dict]:
+    return [r for r in runs if _c(r, "method.name") == method]
+
+
+def sources(r: dict) -> tuple[str, ...]:
+    return tuple(_c(r, "method.sources") or [_c(r, "model.name")])
+
+
+def _group(r: dict) -> tuple[str, str]:
+    """A block of rows: the target task and the hardware (scales never mix)."""
+    return _c(r, "task.name"), _hw(r)
+
+
+def _block(g: tuple) -> str:
+    return f"{g[0]} ({g[1]})"
+
+
+def objective(r: dict, split: str = "eval") -> str:
+    return (_c(r, "task.objective") or "eval/conll_f1").replace("eval/", f"{split}/", 1)
+
+
+def score(r: dict, split: str = "eval") -> float | None:
+    """The target's objective in points (a fraction ×100; SQuAD-style f1/em are points already)."""
+    key = objective(r, split)
+    v = r["metrics"].get(key)
+    return None if v is None else float(v) * (100 if key.rsplit("/", 1)[-1] in PERCENT_KEYS else 1)
+
+
+def arm(recs: list[dict], srcs: tuple, variant: str, agg: str, **fields) -> list[dict]:
+    """The records of one configuration (all seeds)."""
+    return [r for r in recs if sorted(sources(r)) == sorted(srcs) and _c(r, "method.variant") == variant
+            and _c(r, "method.aggregate") == agg and all(_c(r, f"method.{k}") == v for k, v in fields.items())]
+
+
+def best_on_dev(recs: list[dict], field: str) -> tuple[list[dict], object]:
+    """The records at the value of `field` with the best mean dev objective (experiments.selection), and that value."""
+    if not recs:
+        return [], None
+    chosen = selection.best_dev_over(recs, field)
+    return chosen, _c(chosen[0], field)
+
+
+def layer_of(trunc) -> int | None:
+    return trunc[0] if isinstance(trunc, list) and trunc else trunc
+
+
+# ---- the paper's names for our sources ----------------------------------------------------------------------------
+
+def paper_name(source: str) -> str | None:
+    pv = paper_values(PAPER)
+    twin = pv.twins["models"].get(source)
+    return pv.models.get(source) or (twin.paper if twin else None)
+
+
+def source_label(source: str) -> str:
+    pv = paper_values(PAPER)
+    if source in pv.models:
+        return source
+    p = paper_name(source)
+    return f"{source} (stand-in for {p}{' / BERT' if p == 'MRPC' else ''})" if p else source
+
+
+def ordered(srcs: tuple) -> tuple:
+    """Our sources in the order of the paper's row for the same set (RE+MRPC), else as given."""
+    row = paper_combo(srcs, "Table 2") or paper_combo(srcs, "Table 3") or ""
+    pos = {name: i for i, name in enumerate(row.split("+"))}
+    return tuple(sorted(srcs, key=lambda s: pos.get(paper_name(s), len(pos))))
+
+
+def combo_label(srcs: tuple, layers: dict | None = None) -> str:
+    """'NER(2)+MRPC(4) [minilm-l6-ner, minilm-l6]': the paper's names, the layer per source when truncated, ours."""
+    srcs = ordered(srcs)
+    names = [paper_name(s) or s for s in srcs]
+    if layers:
+        names = [f"{n}({layers[s]})" for n, s in zip(names, srcs)]
+    return "+".join(names) + f" [{', '.join(srcs)}]"
+
+
+def paper_cell(row: str | None, column: str, metric: str = "conll_f1"):
+    return paper_values(PAPER).get(row, PAPER_TASK, column, metric) if row else None
+
+
+def paper_combo(srcs: tuple, where: str) -> str | None:
+    """The paper's row of a combination of our sources (as a set of paper names), in Table `where`."""
+    want = sorted(paper_name(s) or "?" for s in srcs)
+    for c in paper_values(PAPER).select(metric="conll_f1", where=where):
+        if sorted(c.model.split("+")) == want:
+            return c.model
+    return None
+
+
+def paper_text(row: str | None, column: str) -> str:
+    m, sd = paper_cell(row, column), paper_cell(row, column, "conll_f1_std")
+    return "—" if m is None else f"{fmt(m.value)}" + (f" ± {fmt(sd.value)}" if sd else "")
+
+
+# ---- numbers with their intervals ---------------------------------------------------------------------------------
+
+def ci_cell(values, sign: bool = False) -> str:
+    """'mean [lo, hi] (n=k)': the 95% percentile bootstrap over seeds (no interval for one seed); '—' for none."""
+    v = np.array([x for x in values if x is not None], dtype=float)
+    if not len(v):
+        return "—"
+    text = fmt(float(v.mean()), sign=sign)
+    if len(v) > 1:
+        lo, hi = percentile_ci(bootstrap_seeds(v, np.random.default_rng(BOOT_SEED)))
+        text += f" [{fmt(lo, sign=sign)}, {fmt(hi, sign=sign)}]"
+    return f"{text} (n={len(v)})"
+
+
+def mean_of(recs: list[dict], split: str = "eval") -> float | None:
+    v = [s for r in recs if (s := score(r, split)) is not None]
+    return float(np.mean(v)) if v else None
+
+
+def paired(a: list[dict], b: list[dict]) -> list[float]:
+    """a − b per seed, over the seeds both arms have."""
+    by_seed = {_c(r, "seed"): score(r) for r in b}
+    return [score(r) - by_seed[_c(r, "seed")] for r in a
+            if _c(r, "seed") in by_seed and score(r) is not None and by_seed[_c(r, "seed")] is not None]
+
+
+def _blocks(recs: list[dict]) -> dict[tuple, list[dict]]:
+    out: dict[tuple, list[dict]] = {}
+    for r in recs:
+        out.setdefault(_group(r), []).append(r)
+    return dict(sorted(out.items(), key=lambda kv: natural(kv[0])))
+
+
+def _sets(recs: list[dict], k: range) -> list[tuple]:
+    """The source sets of size in `k` among the records, in the paper's row order."""
+    order = {n: i for i, n in enumerate(PAPER_ROWS)}
+    sets = {tuple(sorted(sources(r))) for r in recs if len(sources(r)) in k}
+    return sorted(sets, key=lambda s: (len(s), [order.get(paper_name(x), 9) for x in s], s))
+
+
+# ---- Table 1 ------------------------------------------------------------------------------------------------------
+
+def _layers(r: dict) -> dict:
+    """{source: truncation layer} of a trunc record (method.trunc runs parallel to method.sources)."""
+    return dict(zip(sources(r), _c(r, "method.trunc") or []))
+
+
+def _trunc_cells(recs: list[dict], srcs: tuple) -> tuple[list[dict], list[dict], dict | None]:
+    """(mean-trunc records, attention-trunc records, {source: layer}): the layers chosen on dev under mean aggregation
+    and reused for attention, as the paper does (attention chosen on its own dev when it was not run there)."""
+    mean, _ = best_on_dev(arm(recs, srcs, "trunc", "mean"), "method.trunc")
+    layers = _layers(mean[0]) if mean else None
+    att = [r for r in arm(recs, srcs, "trunc", "attention") if _layers(r) == layers]
+    if not att:
+        att, _ = best_on_dev(arm(recs, srcs, "trunc", "attention"), "method.trunc")
+    return mean, att, layers or (_layers(att[0]) if att else None)
+
+
+def table1(runs: list[dict], out: Path) -> list[str]:
+    recs = [r for r in _of(runs) if len(sources(r)) == 1]
+    if not recs:
+        return [f"_Table 1 (single sources): no single-source method=reverse_probing records; run "
+                f"{run_exp('single_cpu')}._", ""]
+    ours_n = sorted({n for r in recs if (n := _c(r, "method.concat_n")) is not None})
+    concat = sorted(set(T1_CONCAT) | set(ours_n))
+    cols = [f"{AGGS[a]}-{v}" for a in AGGS for v in VARIANTS] + [f"concat{n}-attn" for n in concat]
+    t = Table("table1_single", "Table 1: single sources, CoNLL F1 (ours: eval, mean [95% CI] (n); paper: dev, "
+              "mean ± std)", ["target (hardware)", "source", "row", "trunc layer", *cols], runs=recs)
+    bars = []
+    for g, block in _blocks(recs).items():
+        ours = {s[0]: s for s in _sets(block, range(1, 2))}
+        placed = set()
+        for row in PAPER_ROWS:
+            for src in [s for s in ours if paper_name(s) == row]:
+                t.add(_block(g), source_label(src), "ours", *_table1_row(block, ours[src], concat))
+                placed.add(src)
+            best = paper_cell(row, "trunc", "best_layer")
+            t.add(PAPER_BLOCK, row, "paper", best.value if best else "—", *(paper_text(row, c) for c in cols))
+        for src in sorted(set(ours) - placed):
+            t.add(_block(g), source_label(src), "ours", *_table1_row(block, ours[src], concat))
+        bars += [(g, s, arm(block, ours[s], "full", "mean")) for s in ours]
+    fig = _fig2(bars, out)
+    t.notes = ["Ours: CoNLL F1 on the target's eval split at the dev-chosen epoch; trunc = the layer (hidden_states "
+               "index) with the best mean dev F1 under mean aggregation, reused for attention (the paper's protocol); "
+               "concat-n = the last n layers concatenated, attention only. Paper: dev F1 of bert-base-cased sources "
+               "on CoNLL-2012, mean ± std over 3 seeds (mean-full and Coref mean-trunc: 5). The offline sources "
+               "are MiniLM-L6-H384 fine-tunes on other tasks standing for the paper's (labelled): compare the "
+               "pattern of a row, never an absolute number.",
+               *([f"Figure (Fig. 2, full, mean): {figure_link(fig)}."] if fig else []), *caps(recs)]
+    return t.write(out)
+
+
+def _table1_row(block: list[dict], srcs: tuple, concat: list[int]) -> list[str]:
+    mean_t, att_t, layers = _trunc_cells(block, srcs)
+    cells = []
+    for agg in AGGS:
+        for v in VARIANTS:
+            rs = (mean_t if agg == "mean" else att_t) if v == "trunc" else arm(block, srcs, v, agg)
+            cells.append(ci_cell([score(r) for r in rs]))
+    cells += [ci_cell([score(r) for r in arm(block, srcs, "concat", "attention", concat_n=n)]) for n in concat]
+    return [layers[srcs[0]] if layers else "—", *cells]
+
+
+def _fig2(bars: list, out: Path) -> str | None:
+    bars = [b for b in bars if b[2]]
+    if not bars:
+        return None
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(1.1 * len(bars) + 2, 3.4))
+    data = []
+    for i, (g, src, rs) in enumerate(bars):
+        v = [score(r) for r in rs]
+        ax.bar(i, np.mean(v), yerr=np.std(v, ddof=1) if len(v) > 1 else 0, capsize=3, color="tab:blue")
+        data.append({"target": g[0], "hardware": g[1], "source": src, "paper_row": paper_name(src),
+                     "eval_f1_mean": float(np.mean(v)), "seeds": len(v)})
+    ax.set_xticks(range(len(bars)), [f"{b[1]}\n{b[0][0]}" for b in bars], fontsize=7, rotation=30)
+    ax.set_ylabel("eval CoNLL F1")
+    ax.set_title("Fig. 2: single sources, full, mean aggregation (mean ± sd over seeds)", fontsize=9)
+    return save_figure(fig, out, "fig2_sources", data)
+
+
+# ---- Tables 2 and 3 -----------------------------------------------------------------------------------------------
+
+def combos(runs: list[dict], out: Path, name: str, where: str, k: range) -> list[str]:
+    recs = [r for r in _of(runs) if len(sources(r)) in k]
+    what = "pairs" if k.start == 2 and k.stop == 3 else "three sources and more"
+    if not recs:
+        return [f"_{where} ({what}): no method=reverse_probing records with {what}; run "
+                f"{run_exp('pairs_cpu' if k.start == 2 and k.stop == 3 else 'multi_cpu')}._", ""]
+    cols = [f"{AGGS[a]}-{v}" for a in AGGS for v in VARIANTS]
+    t = Table(name, f"{where}: {what}, CoNLL F1 (ours: eval, mean [95% CI] (n); paper: dev, mean ± std)",
+              ["target (hardware)", "sources", "row", *cols], runs=recs)
+    for g, block in _blocks(recs).items():
+        for srcs in _sets(block, k):
+            mean_t, att_t, layers = _trunc_cells(block, srcs)
+            cells = [ci_cell([score(r) for r in ((mean_t if a == "mean" else att_t) if v == "trunc"
+                                                  else arm(block, srcs, v, a))]) for a in AGGS for v in VARIANTS]
+            t.add(_block(g), combo_label(srcs, layers), "ours", *cells)
+            row = paper_combo(srcs, where)
+            if row:
+                t.add(PAPER_BLOCK, row, "paper", *(paper_text(row, c) for c in cols))
+    t.notes = ["Rows: our source set (the paper's names first, our sources in brackets, the truncation layer per "
+               "source in parentheses: chosen on dev under mean aggregation, as a set of layers for the whole "
+               "combination), then the paper's row for the same set of paper sources where it has one. The paper "
+               "truncates each source at its own single-model best layer (MRPC 9, RE 9, NER 6, QA 8).", *caps(recs)]
+    return t.write(out)
+
+
+def table2(runs: list[dict], out: Path) -> list[str]:
+    return combos(runs, out, "table2_pairs", "Table 2", range(2, 3))
+
+
+def table3(runs: list[dict], out: Path) -> list[str]:
+    return combos(runs, out, "table3_multi", "Table 3", range(3, 99))
+
+
+# ---- the layer sweep (Fig. 5) -------------------------------------------------------------------------------------
+
+def layer_sweep(runs: list[dict], out: Path) -> list[str]:
+    recs = [r for r in _of(runs) if len(sources(r)) == 1 and _c(r, "method.variant") == "trunc"
+            and _c(r, "method.aggregate") == "mean"]
+    if not recs:
+        return [f"_Layer sweep (Fig. 5): no single-source trunc records with mean aggregation; run "
+                f"{run_exp('layer_sweep_cpu')}._", ""]
+    layers = sorted({layer_of(_c(r, "method.trunc")) for r in recs})
+    t = Table("layer_sweep", "Layer sweep (Fig. 5): eval CoNLL F1 per truncation layer (mean aggregation), the layer "
+              "chosen on dev", ["target (hardware)", "source", *[f"L{L}" for L in layers], "full (last layer)",
+                                "layer chosen on dev", "dev F1 there", "chosen − full (paired)",
+                                "paper best layer", "paper sweep L6..L12"], runs=recs)
+    curves = []
+    for g, block in _blocks(recs).items():
+        full_block = [r for r in _of(runs) if _group(r) == g]
+        for srcs in _sets(block, range(1, 2)):
+            rs = arm(block, srcs, "trunc", "mean")
+            chosen, best = best_on_dev(rs, "method.trunc")
+            full = arm(full_block, srcs, "full", "mean")
+            row = paper_name(srcs[0])
+            pl = paper_cell(row, "trunc", "best_layer")
+            sweep = [paper_cell(row, f"trunc-L{L}") for L in range(6, 13)]
+            t.add(_block(g), source_label(srcs[0]),
+                  *[ci_cell([score(r) for r in rs if layer_of(_c(r, "method.trunc")) == L]) for L in layers],
+                  ci_cell([score(r) for r in full]), layer_of(best), fmt(mean_of(chosen, "dev")),
+                  ci_cell(paired(chosen, full), sign=True), pl.value if pl else "—",
+                  " / ".join(fmt(c.value) for c in sweep) if all(sweep) else "—")
+            curves.append((g, srcs[0], rs, layer_of(best)))
+    fig = _fig5(curves, out)
+    t.notes = ["L = hidden_states index (1 = the first block's output); the layer is chosen on the dev split (mean "
+               "over seeds) and scored on eval, so the choice is not optimistic as the paper's is (it picks on the "
+               "dev set it reports). 'chosen − full' pairs seeds. The paper's sweep covers L = 6..12 of 12 layers "
+               "(NER still rising at 6); its argmax layers: MRPC 9, RE 9, QA 8, NER 6, BERT 10, Coref 12.",
+               f"Figure: {figure_link(fig)} (mean ± 95% CI over seeds; the star marks the layer chosen on dev)."]
+    return t.write(out)
+
+
+def _fig5(curves: list, out: Path) -> str:
+    plt = pyplot()
+    blocks = sorted({c[0] for c in curves}, key=natural)
+    fig, axes = plt.subplots(1, len(blocks), figsize=(5.2 * len(blocks), 3.6), squeeze=False)
+    data = []
+    for ax, g in zip(axes[0], blocks):
+        for _, src, rs, best in [c for c in curves if c[0] == g]:
+            xs = sorted({layer_of(_c(r, "method.trunc")) for r in rs})
+            band = [_band([score(r) for r in rs if layer_of(_c(r, "method.trunc")) == L]) for L in xs]
+            line, = ax.plot(xs, [b[0] for b in band], "o-", ms=3, label=source_label(src))
+            ax.fill_between(xs, [b[1] for b in band], [b[2] for b in band], alpha=0.15, color=line.get_color())
+            if best in xs:
+                ax.plot([best], [band[xs.index(best)][0]], "*", ms=12, color=line.get_color())
+            data += [{"target": g[0], "hardware": g[1], "source": src, "layer": L, "eval_f1_mean": b[0],
+                      "ci_lo": b[1], "ci_hi": b[2], "chosen_on_dev": L == best} for L, b in zip(xs, band)]
+        ax.set_xlabel("truncation layer L (hidden_states index)")
+        ax.set_ylabel("eval CoNLL F1")
+        ax.set_title(f"{_block(g)}: mean aggregation", fontsize=9)
+        ax.legend(fontsize=6)
+    return save_figure(fig, out, "fig5_layer_sweep", data)
+
+
+def _band(values) -> tuple[float, float, float]:
+    v = np.asarray(values, dtype=float)
+    if len(v) < 2:
+        return float(v.mean()), float(v.mean()), float(v.mean())
+    return (float(v.mean()), *percentile_ci(bootstrap_seeds(v, np.random.default_rng(BOOT_SEED))))
+
+
+# ---- Fig. 4: mean vs attention ------------------------------------------------------------------------------------
+
+def mean_vs_attention(runs: list[dict], out: Path) -> list[str]:
+    recs = [r for r in _of(runs) if _c(r, "method.variant") == "full" and _c(r, "method.aggregate") in AGGS]
+    rows = []
+    for g, block in _blocks(recs).items():
+        for srcs in _sets(block, range(1, 99)):
+            m, a = arm(block, srcs, "full", "mean"), arm(block, srcs, "full", "attention")
+            if m and a:
+                rows.append((g, srcs, m, a))
+    if not rows:
+        return [f"_Mean vs attention (Fig. 4): needs full-variant records of one source set under both mean and "
+                f"attention; run {run_exp('single_cpu')} and {run_exp('pairs_cpu')}._", ""]
+    t = Table("mean_vs_attention", "Mean vs attention over the full embeddings (Fig. 4): eval CoNLL F1",
+              ["target (hardware)", "sources", "mean", "attention", "attention − mean (paired)",
+               "paper mean / attention", "paper Δ"], runs=[r for row in rows for r in row[2] + row[3]])
+    data = []
+    for g, srcs, m, a in rows:
+        prow = paper_name(srcs[0]) if len(srcs) == 1 else paper_combo(srcs, "Table 2") or paper_combo(srcs, "Table 3")
+        pm, pa = paper_cell(prow, "mean-full"), paper_cell(prow, "attn-full")
+        t.add(_block(g), combo_label(srcs), ci_cell([score(r) for r in m]), ci_cell([score(r) for r in a]),
+              ci_cell(paired(a, m), sign=True), f"{fmt(pm.value)} / {fmt(pa.value)}" if pm and pa else "—",
+              fmt(pa.value - pm.value, sign=True) if pm and pa else "—")
+        data += [{"target": g[0], "hardware": g[1], "sources": "+".join(srcs), "k": len(srcs), "aggregate": agg,
+                  "eval_f1_mean": mean_of(rs), "seeds": len(rs)} for agg, rs in (("mean", m), ("attention", a))]
+    fig = _grouped_bars(data, "aggregate", ("mean", "attention"), out, "fig4_mean_vs_attention",
+                        "Fig. 4: full embeddings, mean vs attention ((a) pairs, (b) single sources)")
+    t.notes = ["Attention is the official code's form (learned constant query, per-source keys and value "
+               "projections) unless method.aggregate says attention_literal; for one source it still adds a "
+               f"value projection. Figure: {figure_link(fig)}."]
+    return t.write(out)
+
+
+def _grouped_bars(data: list[dict], key: str, arms: tuple, out: Path, name: str, title: str) -> str:
+    plt = pyplot()
+    panels = [(lbl, [d for d in data if sel(d["k"])]) for lbl, sel in (("pairs and more", lambda k: k >= 2),
+                                                                        ("single sources", lambda k: k == 1))]
+    panels = [p for p in panels if p[1]]
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 3.6), squeeze=False)
+    for ax, (lbl, rows) in zip(axes[0], panels):
+        names = list(dict.fromkeys((d["target"], d["hardware"], d["sources"]) for d in rows))
+        w = 0.8 / len(arms)
+        for j, a in enumerate(arms):
+            ys = [next((d["eval_f1_mean"] for d in rows if (d["target"], d["hardware"], d["sources"]) == n
+                        and d[key] == a), np.nan) for n in names]
+            ax.bar(np.arange(len(names)) + (j - (len(arms) - 1) / 2) * w, ys, w, label=str(a))
+        ax.set_xticks(range(len(names)), [n[2].replace("+", "+\n") for n in names], fontsize=6)
+        ax.set_ylabel("eval CoNLL F1")
+        ax.set_title(lbl, fontsize=9)
+        ax.legend(fontsize=7)
+    fig.suptitle(title, fontsize=9)
+    return save_figure(fig, out, name, data)
+
+
+# ---- Fig. 8: single vs pairs --------------------------------------------------------------------------------------
+
+def single_vs_pairs(runs: list[dict], out: Path) -> list[str]:
+    recs = [r for r in _of(runs) if _c(r, "method.variant") == "full"]
+    t = Table("single_vs_pairs", "Single sources vs their pair (Fig. 8), full embeddings: eval CoNLL F1",
+              ["target (hardware)", "aggregate", "pair", "source 1", "source 2", "both", "best single (dev)",
+               "pair − best single (paired)", "paper: 1 / 2 / pair"], runs=recs)
+    data = []
+    for g, block in _blocks(recs).items():
+        for pair in map(ordered, _sets(block, range(2, 3))):
+            for agg, short in AGGS.items():
+                p = arm(block, pair, "full", agg)
+                singles = [arm(block, (s,), "full", agg) for s in pair]
+                if not p or not all(singles):
+                    continue
+                best = max(singles, key=lambda rs: mean_of(rs, "dev") if mean_of(rs, "dev") is not None
+                           else -np.inf)
+                prow = paper_combo(pair, "Table 2")
+                paper = [paper_cell(x, f"{short}-full") for x in (*(paper_name(s) for s in pair), prow)]
+                t.add(_block(g), agg, combo_label(pair), *(ci_cell([score(r) for r in rs]) for rs in (*singles, p)),
+                      sources(best[0])[0], ci_cell(paired(p, best), sign=True),
+                      " / ".join(fmt(c.value) if c else "—" for c in paper))
+                data += [{"target": g[0], "hardware": g[1], "aggregate": agg, "pair": "+".join(pair), "bar": bar,
+                          "eval_f1_mean": mean_of(rs), "seeds": len(rs)}
+                         for bar, rs in ((pair[0], singles[0]), (pair[1], singles[1]), ("pair", p))]
+    if not t.rows:
+        return [f"_Single vs pairs (Fig. 8): needs full-variant pairs and both of their single sources under one "
+                f"aggregation; run {run_exp('pairs_cpu')} and {run_exp('single_cpu')}._", ""]
+    fig = _fig8(data, out)
+    t.notes = ["The best single source is the one with the higher mean dev F1 (eval never chooses); 'pair − best "
+               "single' pairs seeds. The paper's pairs beat their better single source under attention in every "
+               "row, under mean in 4 of 6 (NER+MRPC and QA+MRPC fall below MRPC alone). The paper's MRPC column "
+               f"stands beside minilm-l6. Figure: {figure_link(fig)}."]
+    return t.write(out)
+
+
+def _fig8(data: list[dict], out: Path) -> str:
+    plt = pyplot()
+    aggs = [a for a in AGGS if any(d["aggregate"] == a for d in data)]
+    fig, axes = plt.subplots(1, len(aggs), figsize=(6.5 * len(aggs), 3.6), squeeze=False)
+    for ax, agg in zip(axes[0], aggs):
+        rows = [d for d in data if d["aggregate"] == agg]
+        pairs = list(dict.fromkeys((d["target"], d["hardware"], d["pair"]) for d in rows))
+        for i, key in enumerate(pairs):
+            bars = [d for d in rows if (d["target"], d["hardware"], d["pair"]) == key]
+            ax.bar([i - 0.27, i, i + 0.27], [d["eval_f1_mean"] for d in bars], 0.26,
+                   color=["tab:gray", "tab:olive", "tab:blue"])
+        ax.set_xticks(range(len(pairs)), [p[2].replace("+", "+\n") for p in pairs], fontsize=6)
+        ax.set_ylabel("eval CoNLL F1")
+        ax.set_title(f"({'ab'[aggs.index(agg)]}) {agg}: source 1 / source 2 / pair", fontsize=9)
+    return save_figure(fig, out, "fig8_single_vs_pairs", data)
+
+
+# ---- Fig. 3: cosine to the CorefTarget encoder --------------------------------------------------------------------
+
+def cossim(runs: list[dict], out: Path) -> list[str]:
+    recs = _of(runs, "reverse_probing_cossim")
+    if not recs:
+        return [f"_Cosine to the CorefTarget encoder (Fig. 3): no method=reverse_probing_cossim records; run "
+                f"{run_exp('cossim_cpu')}._", ""]
+    t = Table("cossim", "Mean cosine of each source's token embeddings to the CorefTarget encoder's (Fig. 3)",
+              ["target (hardware)", "source", "cosine", "paper"], runs=recs)
+    data = []
+    for g, block in _blocks(recs).items():
+        keys = sorted({k for r in block for k in r["metrics"] if k.startswith("cossim/")}, key=natural)
+        for k in keys:
+            src = k.split("/", 1)[1]
+            vals = [r["metrics"][k] for r in block if k in r["metrics"]]
+            t.add(_block(g), source_label(src), ci_cell(vals), "high" if paper_name(src) in ("BERT", "MRPC")
+                  else "low" if paper_name(src) in ("QA", "NER") else "—")
+            data.append({"target": g[0], "hardware": g[1], "source": src, "cosine_mean": float(np.mean(vals)),
+                         "seeds": len(vals)})
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(1 + 1.1 * len(data), 3.4))
+    ax.bar(range(len(data)), [d["cosine_mean"] for d in data], color="tab:purple")
+    ax.set_xticks(range(len(data)), [d["source"] for d in data], fontsize=7, rotation=30)
+    ax.set_ylabel("mean cosine to CorefTarget")
+    path = save_figure(fig, out, "fig3_cossim", data)
+    t.notes = ["Per token over the eval documents, padding masked (the official code includes padding positions), "
+               "last layer of each source against the CorefTarget encoder's last layer. The paper gives no numbers: "
+               f"'BERT, MRPC highest; QA, NER lowest'. Figure: {figure_link(path)}."]
+    return t.write(out)
+
+
+# ---- Fig. 9: α over epochs ----------------------------------------------------------------------------------------
+
+def alpha(runs: list[dict], out: Path) -> list[str]:
+    recs = [r for r in _of(runs) if len(sources(r)) >= 2 and (r.get("extra") or {}).get("alpha")]
+    if not recs:
+        return [f"_Attention weights over epochs (Fig. 9): no attention record with k >= 2 sources and extra.alpha; "
+                f"run {run_exp('multi_cpu')}._", ""]
+    t = Table("alpha", "Attention weight per source over training (Fig. 9): mean over seeds",
+              ["target (hardware)", "sources", "variant", "source", "α first epoch", "α last epoch",
+               "last − first (paired)"], runs=recs)
+    cells: dict[tuple, list[dict]] = {}
+    for r in recs:
+        cells.setdefault((_group(r), sources(r), _c(r, "method.variant"), json_layers(r)), []).append(r)
+    plt = pyplot()
+    fig, axes = plt.subplots(1, len(cells), figsize=(4.6 * len(cells), 3.4), squeeze=False)
+    data = []
+    for ax, ((g, srcs, variant, _), rs) in zip(axes[0], sorted(cells.items(), key=lambda kv: natural(kv[0][:3]))):
+        n = min(len(r["extra"]["alpha"]) for r in rs)  # early stopping ends seeds at different epochs
+        arr = np.array([np.asarray(r["extra"]["alpha"][:n], dtype=float) for r in rs])  # (seeds, epochs, k)
+        for i, src in enumerate(srcs):
+            t.add(_block(g), combo_label(srcs), variant, source_label(src), ci_cell(arr[:, 0, i]),
+                  ci_cell(arr[:, -1, i]), ci_cell(arr[:, -1, i] - arr[:, 0, i], sign=True))
+            ax.plot(range(1, n + 1), arr[:, :, i].mean(0), "o-", ms=3, label=src)
+            data += [{"target": g[0], "hardware": g[1], "sources": "+".join(srcs), "variant": variant, "source": src,
+                      "epoch": e + 1, "alpha_mean": float(arr[:, e, i].mean()), "seeds": len(rs)} for e in range(n)]
+        ax.axhline(1 / len(srcs), color="k", lw=0.5, ls=":")
+        ax.set_xlabel("epoch")
+        ax.set_ylabel("mean attention weight α")
+        ax.set_title(f"{'+'.join(srcs)} ({variant})", fontsize=8)
+        ax.legend(fontsize=6)
+    path = save_figure(fig, out, "fig9_alpha", data)
+    t.notes = ["α: the per-token softmax weight of each source, averaged over the target's tokens after each epoch; "
+               "epochs up to the shortest seed. The paper (MRPC+RE+NER, full): all start near 1/3, MRPC rises, NER "
+               f"falls steadily, RE falls slowly. Figure: {figure_link(path)}."]
+    return t.write(out)
+
+
+def json_layers(r: dict) -> str:
+    return str((_c(r, "method.trunc"), _c(r, "method.concat_n"), _c(r, "method.aggregate")))
+
+
+# ---- §4.3: sum vs mean --------------------------------------------------------------------------------------------
+
+def sum_vs_mean(runs: list[dict], out: Path) -> list[str]:
+    sums = [r for r in _of(runs) if _c(r, "method.aggregate") == "sum"]
+    if not sums:
+        return [f"_Sum vs mean (§4.3): no method.aggregate=sum records; run {run_exp('sum_vs_mean_cpu')}._", ""]
+    recs = _of(runs)
+    t = Table("sum_vs_mean", "Sum vs mean aggregation (§4.3): eval CoNLL F1",
+              ["target (hardware)", "sources", "variant", "sum", "mean", "sum − mean (paired)", "paper sum / mean"],
+              runs=sums)
+    pm, ps = paper_cell("MRPC+BERT", "mean-full"), paper_cell("MRPC+BERT", "sum-full")
+    seen = set()
+    for r in sums:
+        key = (_group(r), tuple(sorted(sources(r))), _c(r, "method.variant"), json_layers(r))
+        if key in seen:
+            continue
+        seen.add(key)
+        fields = {k: _c(r, f"method.{k}") for k in ("trunc", "concat_n")}
+        s = arm([x for x in recs if _group(x) == key[0]], key[1], key[2], "sum", **fields)
+        m = arm([x for x in recs if _group(x) == key[0]], key[1], key[2], "mean", **fields)
+        t.add(_block(key[0]), combo_label(key[1]), key[2], ci_cell([score(x) for x in s]),
+              ci_cell([score(x) for x in m]), ci_cell(paired(s, m), sign=True),
+              f"{fmt(ps.value)} / {fmt(pm.value)} (MRPC+BERT, full)")
+    t.notes = ["For one source sum and mean are the same computation; the paper compares them once, on frozen MRPC + "
+               "BERT (−0.92 points, 'slightly worse')."]
+    return t.write(out)
+
+
+# ---- the sources on their own tasks -------------------------------------------------------------------------------
+
+def source_tasks(runs: list[dict], out: Path) -> list[str]:
+    recs = _of(runs, "reverse_probing_source")
+    if not recs:
+        return [f"_Source fine-tunes on their own tasks: no method=reverse_probing_source records; run {RUN_ALL}._", ""]
+    t = Table("source_tasks", "Each source fine-tune on its own task (evidence that it learned the task)",
+              ["source", "task", "metric", "score", "majority / constant baseline"], runs=recs)
+    by: dict[tuple, list[dict]] = {}
+    for r in recs:
+        by.setdefault((_c(r, "model.name"), _c(r, "task.name")), []).append(r)
+    for (model, task), rs in sorted(by.items(), key=lambda kv: natural(kv[0])):
+        for k in sorted({k for r in rs for k in r["metrics"] if k.startswith("eval/") and "/majority_" not in k},
+                        key=natural):
+            f = 100 if k.rsplit("/", 1)[-1] in PERCENT_KEYS else 1
+            base = [r["metrics"].get(k.replace("eval/", "eval/majority_", 1)) for r in rs]
+            t.add(source_label(model), task, k, ci_cell([f * r["metrics"][k] for r in rs if k in r["metrics"]]),
+                  fmt(f * base[0]) if base[0] is not None else "—")
+    t.notes = ["A source that does not beat its task's majority or constant baseline is not a fine-tuned source: its "
+               "coref rows say nothing about that task's transfer.", *caps(recs)]
+    return t.write(out)
+
+
+# ---- head-only training vs an encoder forward ---------------------------------------------------------------------
+
+def bench(runs: list[dict], out: Path) -> list[str]:
+    recs = _of(runs, "reverse_probing_bench")
+    if not recs:
+        return [f"_Head-only training speed: no method=reverse_probing_bench records; run {run_exp('bench')}._", ""]
+    t = Table("bench", "Head-only training from the activation store vs one encoder forward (same process)",
+              ["target", "sources", "ratio [CI]", "head epoch (s)", "encoder forward (s)", "device"], runs=recs)
+    for r in recs:
+        m = r["metrics"]
+        ci = f" [{fmt(m['bench/ratio_lo'])}, {fmt(m['bench/ratio_hi'])}]" if "bench/ratio_lo" in m else ""
+        t.add(_c(r, "task.name"), "+".join(sources(r)), f"{fmt(m.get('bench/ratio'))}{ci}",
+              fmt(m.get("bench/head_epoch_s"), 3), fmt(m.get("bench/encoder_forward_s"), 3),
+              r["provenance"].get("device"))
+    t.notes = ["ratio = one encoder forward over the documents / one head-only training epoch over the same documents, "
+               "interleaved in one process (its interval from the benchmark's repeats): how much a probing run saves "
+               "by reading the store instead of running the frozen encoders."]
+    return t.write(out)
+
+
+# ---- the report ---------------------------------------------------------------------------------------------------
+
+def build(runs: list[dict], out: Path) -> list[str]:
+    out = Path(out)
+    runs = selection.dedupe(runs)
+    lines = ["Generated from the run records (`reverse_probing/report.py`); each table also lies in `tables/` as .md "
+             "and .csv. Offline sources are MiniLM-L6-H384 models labelled with the paper source they stand for "
+             "(minilm-l6 for MRPC and vanilla BERT, minilm-l6-ner for NER, minilm-l6-qa for QA, minilm-l6-nli for "
+             "RE, minilm-l6-pii for NER-dslim, minilm-l6-coref for the CorefTarget); the offline target is "
+             "WinoGrande cast as coreference (winogrande-coref), standing for CoNLL-2012.", ""]
+    for fn in (table1, table2, table3, layer_sweep, mean_vs_attention, single_vs_pairs, cossim, alpha, sum_vs_mean,
+               source_tasks, bench):
+        try:
+            lines += fn(runs, out)
+        except Exception as e:  # one broken table must not hide the others
+            lines += [f"_({getattr(fn, '__name__', 'a table')} could not be built: {type(e).__name__}: {e})_", ""]
+    return lines

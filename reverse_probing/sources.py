@@ -1,0 +1,130 @@
+"""method=reverse_probing_source: build a frozen source encoder into the asset cache (models/<method.save_as>).
+
+kind=finetune: the suite's Full fine-tune of `model=` on `task=` (the shared trainer; dev-selected where the task
+has a dev split). Its own task score is the record's metrics: evidence that the source learned the task it stands
+for. kind=coref_target: the CorefTarget upper bound [P §4]: the encoder trained together with the coreference head on
+the target task (`task=`, a coref task), then saved and probed frozen like every other source.
+
+The directory gets a MANIFEST (files, hashes, the run that made it) last and is renamed into place, so a killed build
+is never used; conf/model/<save_as>.yaml points at it like at any packaged model.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from experiments import finetune as F
+from experiments.assets import cache_dir, write_manifest
+from experiments.config import ConfigError
+from experiments.context import RunContext
+from experiments.models import load_encoder, tokenizer_fingerprint
+from experiments.results import provenance
+from reverse_probing import run as probe
+from reverse_probing.documents import words_of
+from reverse_probing.extract import word_pool
+
+KINDS = ("finetune", "coref_target")
+
+
+def save(encoder: torch.nn.Module, tok, name: str, facts: dict) -> str:
+    """models/<name> in the asset cache, replaced atomically; returns its path."""
+    final = cache_dir() / "models" / name
+    final.parent.mkdir(parents=True, exist_ok=True)
+    stage = tempfile.mkdtemp(prefix=f".{name}.tmp-{os.getpid()}-", dir=final.parent)
+    try:
+        encoder.save_pretrained(stage)
+        tok.save_pretrained(stage)
+        write_manifest(stage, {"asset": f"models/{name}", "built_by": facts})
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(stage, 0o777 & ~umask)  # mkdtemp's 0700 would hide the model from other users of a shared cache
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(stage, final)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    return str(final)
+
+
+def finetune(cfg: DictConfig, ctx: RunContext):
+    tok, model, raw, train, evals = F.prepare(cfg)
+    dev = F.encode_dev(cfg, tok, raw)
+    ctx.tokenizer_fingerprint = tokenizer_fingerprint(tok)
+    from experiments import data as D
+    batches, n_batches = D.train_batches(train, cfg.hardware.batch_size, tok.pad_token_id, cfg.seed,
+                                         cfg.train.group_by_length)
+    F.record_samples(cfg, ctx, raw, train, evals)
+    metrics = F.fit_and_score(cfg, ctx, model, raw, evals, batches, n_batches, tok.pad_token_id, dev=dev)
+    return metrics, model.encoder, tok
+
+
+def live_features(cfg: DictConfig, tok, encoder: torch.nn.Module, raw: list[dict], docs, device):
+    """A callable idx -> [[per-document last-layer word features]]: the training encoder run on the documents'
+    segments now (the same segments, word pooling and kept words as the stored path)."""
+    pad = tok.pad_token_id or 0
+
+    def feats(idx: list[int]) -> list[list[torch.Tensor]]:
+        rows, owner = [], []
+        for i in idx:
+            words = probe.safe_words(tok, words_of(raw[i])[0])
+            for a, b in docs[i].segments:
+                e = tok(words[a:b], is_split_into_words=True)
+                rows.append((e["input_ids"], e.word_ids(), b - a))
+                owner.append(i)
+        T = max(len(r[0]) for r in rows)
+        ids = torch.full((len(rows), T), pad, dtype=torch.long)
+        mask = torch.zeros(len(rows), T, dtype=torch.long)
+        for r, (x, _, _) in enumerate(rows):
+            ids[r, :len(x)], mask[r, :len(x)] = torch.tensor(x), 1
+        hidden = encoder(input_ids=ids.to(device), attention_mask=mask.to(device)).last_hidden_state
+        per: dict[int, list[torch.Tensor]] = {i: [] for i in idx}
+        for r, ((x, wids, n), i) in enumerate(zip(rows, owner)):
+            per[i].append(word_pool(hidden[r, :len(x)], wids, n, cfg.method.word_pooling))
+        return [[torch.cat(per[i], 0)[docs[i].keep] for i in idx]]
+    return feats
+
+
+def coref_target(cfg: DictConfig, ctx: RunContext):
+    """The encoder + identity aggregator + head trained on the target (early stopping on dev), encoder kept."""
+    m = cfg.method
+    if cfg.task.type != "coref":
+        raise ConfigError(f"method.kind=coref_target trains on a coref task; task={cfg.task.name} is {cfg.task.type}")
+    if m.aggregate != "mean" or m.variant != "full":
+        raise ConfigError("method.kind=coref_target trains one encoder's last layer: set method.aggregate=mean and "
+                          f"method.variant=full (got {m.aggregate}, {m.variant})")
+    tok, encoder = load_encoder(cfg.model)
+    encoder.to(ctx.device).train()
+    ctx.tokenizer_fingerprint = tokenizer_fingerprint(tok)
+    raw = probe.load_docs(cfg.task, cfg.data)
+    data = {}
+    for split, rows in raw.items():
+        docs = probe.prepared(cfg, rows, [tok])
+        data[split] = (docs, live_features(cfg, tok, encoder, rows, docs, ctx.device))
+    torch.manual_seed(cfg.seed)
+    model = probe.build(cfg, [cfg.model.hidden_size], cfg.model.hidden_size).to(ctx.device)
+    ctx.n_samples.update({f"{s}_docs": len(d[0]) for s, d in data.items()})
+
+    metrics = probe.train(cfg, ctx, model, data, encoder=encoder)
+    return metrics, encoder, tok
+
+
+def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
+    m = cfg.method
+    if m.kind not in KINDS:
+        raise ConfigError(f"method.kind={m.kind!r} is not one of {', '.join(KINDS)}")
+    if not m.save_as or m.save_as == cfg.model.name:
+        raise ConfigError(f"method.save_as={m.save_as!r}: name the new encoder (not the base model's own name), e.g. "
+                          f"{cfg.model.name}-ner; conf/model/<save_as>.yaml then loads it")
+    metrics, encoder, tok = (finetune if m.kind == "finetune" else coref_target)(cfg, ctx)
+    encoder.eval()
+    facts = {"method": m.kind, "base_model": cfg.model.name, "task": cfg.task.name, "seed": cfg.seed,
+             "git_sha": provenance(str(ctx.device), False)["git_sha"], "config": json.loads(json.dumps(OmegaConf.to_container(cfg.method, resolve=True))),
+             "metrics": {k: v for k, v in metrics.items() if isinstance(v, (int, float))}}
+    ctx.extra["saved_to"] = save(encoder, tok, m.save_as, facts)
+    return metrics

@@ -1,0 +1,135 @@
+"""method=reverse_probing through the suite's runner on tiny models and the fixtures: records carry what the report
+reads, a second sweep run reads every source from the activation store, the trained-encoder path (CorefTarget) reads
+the same features as the stored one, and bad configs are refused before any work."""
+import pytest
+import torch
+
+from experiments.context import RunContext
+from experiments.run import execute
+from reverse_probing import run as R
+from reverse_probing import sources as S
+from tests.conftest import compose
+
+
+def record(smoke_cfg, tmp_path, *overrides):
+    cfg = smoke_cfg("experiment=reverse_probing/smoke", "on_error=record", *overrides)
+    rec = execute(cfg, tmp_path / "out" / cfg.run_id)
+    assert rec["status"] == "ok", rec.get("error")
+    return rec
+
+
+def test_a_probe_records_coref_scores_accuracy_and_the_majority(smoke_cfg, tmp_path):
+    rec = record(smoke_cfg, tmp_path, "method.sources=[tiny-bert]", "method.aggregate=attention",
+                 "+method.extra_eval.wsc=wsc273")
+    m = rec["metrics"]
+    for key in ("eval/conll_f1", "eval/muc_f1", "eval/b3_f1", "eval/ceafe_f1", "eval/accuracy", "dev/conll_f1",
+                "eval/majority_conll_f1", "eval/majority_accuracy", "wsc/accuracy", "params/aggregator",
+                "time/epoch_s"):
+        assert key in m, key
+    assert 0 <= m["eval/accuracy"] <= 1 and m["eval/majority_accuracy"] == 0.5  # the fixture's answers are balanced
+    assert m["eval/conll_f1"] == pytest.approx((m["eval/muc_f1"] + m["eval/b3_f1"] + m["eval/ceafe_f1"]) / 3)
+    assert m["extract/layer"] == 4  # tiny-bert's last layer, read by variant=full
+    alpha = rec["extra"]["alpha"]
+    assert len(alpha) == m["train/epochs"] and all(a == pytest.approx([1.0]) for a in alpha)  # one source
+
+
+def test_every_variant_and_aggregation_runs_and_attention_logs_alpha_per_source(smoke_cfg, tmp_path):
+    rec = record(smoke_cfg, tmp_path, "method.sources=[tiny-bert,tiny-bert]", "method.variant=concat",
+                 "method.concat_n=2", "method.aggregate=attention")
+    assert all(len(a) == 2 and sum(a) == pytest.approx(1) for a in rec["extra"]["alpha"])
+    for over in (["method.variant=trunc", "method.trunc=[1,2]"], ["method.variant=norm", "method.aggregate=sum"],
+                 ["method.aggregate=attention_literal"]):
+        record(smoke_cfg, tmp_path, "method.sources=[tiny-bert,tiny-bert]", *over)
+
+
+def test_a_second_run_reads_every_source_from_the_store(tmp_path):
+    cfg = compose("experiment=reverse_probing/smoke", "method.aggregate=mean", "method.variant=full")
+    R._memo.clear()
+    torch.manual_seed(0)  # tiny-bert is random: the runner seeds each run, so its weights (and keys) repeat
+    ctx = RunContext(output_dir=tmp_path, device=torch.device("cpu"), device_name="cpu", store_dir=tmp_path / "s")
+    first = R.run(cfg, ctx)
+    store = ctx.store()
+    n = len(store)
+    assert n > 0
+    R._memo.clear()  # a new process: nothing memoised, everything from the store
+    torch.manual_seed(0)
+    ctx2 = RunContext(output_dir=tmp_path, device=torch.device("cpu"), device_name="cpu", store_dir=tmp_path / "s")
+    second = R.run(cfg, ctx2)
+    assert len(ctx2.store()) == n  # nothing recomputed
+    assert second["eval/conll_f1"] == first["eval/conll_f1"]
+
+
+def test_the_training_encoders_features_equal_the_stored_ones(tmp_path):
+    """The CorefTarget trains through live_features; evaluated frozen, it must read exactly what the stored path
+    reads for the same documents (segments, word pooling, kept words)."""
+    cfg = compose("experiment=reverse_probing/smoke", "method.variant=full")
+    R._memo.clear()
+    ctx = RunContext(output_dir=tmp_path, device=torch.device("cpu"), device_name="cpu", store_dir=tmp_path / "s",
+                     store_dtype="fp32")
+    model = R.sources_of(cfg)[0]
+    tok, enc, _ = R.load_source(model)
+    rows = R.load_docs(cfg.task, cfg.data)["eval"]
+    docs = R.prepared(cfg, rows, [tok])
+    stored = [s[-1] for s in R.source_states(cfg, ctx, model, rows, docs)]
+    with torch.no_grad():
+        live = S.live_features(cfg, tok, enc.eval(), rows, docs, torch.device("cpu"))(list(range(len(docs))))[0]
+    for a, b in zip(stored, live):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_the_quoref_probe_runs_with_the_qa_head_and_records_its_baseline(smoke_cfg, tmp_path):
+    rec = record(smoke_cfg, tmp_path, "task=quoref", "method.aggregate=attention", "method.variant=trunc",
+                 "method.trunc=[1,1]")
+    assert {"eval/f1", "eval/em", "dev/f1", "eval/majority_f1"} <= set(rec["metrics"])
+    assert rec["per_example"]["eval"]["f1"]
+
+
+@pytest.mark.parametrize("overrides,match", [
+    (["task=rt-polarity"], "trains a coreference head"),
+    (["method.variant=trunc"], "one layer per source"),
+    (["method.variant=trunc", "method.trunc=[7,1]"], "1 <= L <= 4"),
+    (["method.variant=concat", "method.concat_n=2", "method.aggregate=mean"], "aggregate=attention only"),
+    (["method.concat_n=2"], "applies to variant=concat only"),
+    (["method.trunc=[1,1]"], "applies to variant=trunc only"),
+    (["method.aggregate=max"], "is not one of"),
+    (["method.sources=[]"], "method.sources is empty"),
+    (["method.sources=[tiny-bert,nosuch]"], "names no conf/model/nosuch.yaml"),
+    (["+method.extra_eval.wsc=quoref"], "extra evaluations are coref tasks"),
+])
+def test_bad_configs_are_refused_before_any_work(overrides, match, smoke_cfg, tmp_path, monkeypatch):
+    monkeypatch.setattr(R, "load_docs", lambda *a, **k: pytest.fail("work started before the config was checked"))
+    cfg = smoke_cfg("experiment=reverse_probing/smoke", "on_error=record", *overrides)
+    rec = execute(cfg, tmp_path / "out" / cfg.run_id)
+    assert rec["status"] == "failed" and match in rec["error"], rec.get("error")
+
+
+def test_a_source_build_refuses_to_overwrite_its_base_model(smoke_cfg, tmp_path):
+    cfg = smoke_cfg("experiment=reverse_probing/smoke", "method=reverse_probing_source", "task=wnut16",
+                    "method.save_as=tiny-bert", "on_error=record")
+    rec = execute(cfg, tmp_path / "out" / cfg.run_id)
+    assert rec["status"] == "failed" and "not the base model's own name" in rec["error"]
+
+
+def test_a_source_build_saves_an_encoder_the_probes_load(smoke_cfg, tmp_path, monkeypatch):
+    monkeypatch.setenv("STRATA_CACHE", str(tmp_path / "cache"))
+    cfg = smoke_cfg("experiment=reverse_probing/smoke", "method=reverse_probing_source", "task=wnut16",
+                    "method.save_as=tiny-bert-ner")
+    rec = execute(cfg, tmp_path / "out" / cfg.run_id)
+    assert rec["status"] == "ok", rec.get("error")
+    saved = tmp_path / "cache" / "models" / "tiny-bert-ner"
+    assert (saved / "MANIFEST.json").exists() and rec["extra"]["saved_to"] == str(saved)
+    from experiments.assets import verify
+    assert verify(saved) == []
+    from transformers import AutoModel
+    enc = AutoModel.from_pretrained(saved)
+    _, base = R.load_encoder(compose("model=tiny-bert").model)
+    assert enc.config.num_hidden_layers == base.config.num_hidden_layers
+
+
+@pytest.mark.assets
+def test_a_qa_target_refuses_sources_with_different_tokenizers(smoke_cfg, tmp_path):
+    """minilm-l6-pii's trimmed vocabulary splits words differently: sub-token aggregation cannot join it."""
+    cfg = smoke_cfg("experiment=reverse_probing/smoke", "on_error=record", "task=quoref",
+                    "method.sources=[minilm-l6,minilm-l6-pii]")
+    rec = execute(cfg, tmp_path / "out" / cfg.run_id)
+    assert rec["status"] == "failed" and "same tokenizer" in rec["error"]
