@@ -1,6 +1,8 @@
 """method=reverse_probing through the suite's runner on tiny models and the fixtures: records carry what the report
 reads, a second sweep run reads every source from the activation store, the trained-encoder path (CorefTarget) reads
 the same features as the stored one, and bad configs are refused before any work."""
+import statistics
+
 import pytest
 import torch
 
@@ -133,3 +135,22 @@ def test_a_qa_target_refuses_sources_with_different_tokenizers(smoke_cfg, tmp_pa
                     "method.sources=[minilm-l6,minilm-l6-pii]")
     rec = execute(cfg, tmp_path / "out" / cfg.run_id)
     assert rec["status"] == "failed" and "same tokenizer" in rec["error"]
+
+
+def test_cosine_of_a_source_with_itself_is_one_and_with_another_below(smoke_cfg, tmp_path):
+    rec = record(smoke_cfg, tmp_path, "method=reverse_probing_cossim", "method.reference=tiny-bert",
+                 "method.gold_mentions=false", "method.sources=[tiny-bert]")
+    assert rec["metrics"]["cossim/tiny-bert"] == pytest.approx(1.0, abs=1e-3)  # fp16 store
+    with pytest.raises(Exception, match="gold_mentions=false"):
+        record(smoke_cfg, tmp_path, "method=reverse_probing_cossim", "method.reference=tiny-bert")
+
+
+def test_the_benchmark_times_both_arms_side_by_side(smoke_cfg, tmp_path):
+    rec = record(smoke_cfg, tmp_path, "method=reverse_probing_bench", "method.repeats=2")
+    m = rec["metrics"]
+    assert m["bench/ratio_lo"] <= m["bench/ratio"] <= m["bench/ratio_hi"]
+    times = rec["extra"]["times"]
+    assert len(times["head_epoch"]) == len(times["encoder_forward"]) == 2
+    ratios = [f / e for f, e in zip(times["encoder_forward"], times["head_epoch"])]  # paired by round
+    assert m["bench/ratio"] == pytest.approx(statistics.median(ratios))
+    assert m["bench/head_epoch_s"] == pytest.approx(statistics.median(times["head_epoch"]))
