@@ -26,7 +26,8 @@ from eat.prune import keep_count
 from experiments import selection
 from experiments.claims import (BOOT_SEED, N_BOOT, example_ci, percentile_ci, resample_weights, resampled_metric)
 from experiments.paper_values import paper_values
-from experiments.tables import Table, config_value, delta, figure_link, fmt, label, natural, pyplot, save_figure
+from experiments.tables import (Table, config_value, delta, figure_link, fmt, label, natural, pyplot, save_figure,
+                                sections)
 
 GENERIC_TABLES = ()
 TABLE_OF = {"SST-2": 1, "QQP": 2, "MNLI-m": 3}  # the paper's table per task
@@ -645,12 +646,8 @@ def build(runs: list[dict], out: Path) -> list[str]:
         lines += section
     except Exception as e:  # one broken table must not hide the others
         lines += [f"_(paper_tables could not be built: {type(e).__name__}: {e})_", ""]
-    sections = (lambda r, o: paper_vs_repro(rows, o), ablation, frontier, scaling, calibration, retention_vs_length,
-                exit_layers)
-    for fn in sections:
-        try:
-            lines += fn(runs, out)
-        except Exception as e:
-            lines += [f"_({getattr(fn, '__name__', 'paper_vs_repro')} could not be built: {type(e).__name__}: {e})_",
-                      ""]
-    return lines
+    def vs_repro(r, o):
+        return paper_vs_repro(rows, o)
+    vs_repro.__name__ = "paper_vs_repro"
+    return lines + sections((vs_repro, ablation, frontier, scaling, calibration, retention_vs_length, exit_layers),
+                            runs, out)

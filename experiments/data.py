@@ -64,7 +64,12 @@ def load_splits(task: DictConfig, data: DictConfig) -> datasets.DatasetDict:
     """train/eval (and dev, when task.splits names one or task.dev_from_train carves one from train) splits of `task`,
     each capped to a fixed random subset when data.limit_* is set (dev takes limit_eval)."""
     source = _source(task, data)
-    if source == "offline":
+    if source == "offline" and task.type == "coref" and _subtoken_level(require("data", task.offline), task):
+        from experiments.coref import read_jsonlines  # coref-hoi's jsonlines: sub-token lines to word-level documents
+        d = require("data", task.offline)
+        ds = datasets.DatasetDict({split: datasets.Dataset.from_list(read_jsonlines(d / f"{name}.jsonl"))
+                                   for split, name in task.splits.items()})
+    elif source == "offline":
         d = require("data", task.offline)
         files = {split: str(d / f"{name}.jsonl") for split, name in task.splits.items()}
         ds = datasets.load_dataset("json", data_files=files)
@@ -92,6 +97,12 @@ def load_splits(task: DictConfig, data: DictConfig) -> datasets.DatasetDict:
             ds[split] = ds[split].shuffle(seed=data.subset_seed).select(range(limit))
     check_labels(task, ds)
     return ds
+
+
+def _subtoken_level(d: Path, task: DictConfig) -> bool:
+    """Whether a coref task's files are coref-hoi's sub-token jsonlines (their lines carry a subtoken_map)."""
+    with open(d / f"{next(iter(task.splits.values()))}.jsonl", encoding="utf-8") as f:
+        return "subtoken_map" in json.loads(f.readline() or "{}")
 
 
 def check_labels(task: DictConfig, ds: datasets.DatasetDict) -> None:

@@ -271,3 +271,15 @@ def save_figure(fig, out: Path, name: str, data: list[dict], dpi: int = 120) -> 
 def figure_link(path: str, text: str | None = None) -> str:
     """A markdown link to a figure save_figure wrote, with its data file."""
     return f"[{text or path}]({path}) ([data]({path[:-4]}.csv))"
+
+
+def sections(fns, runs: list[dict], out: Path) -> list[str]:
+    """The report lines of each `fn(runs, out)` in turn; one that fails leaves a line saying so instead of hiding the
+    others."""
+    lines: list[str] = []
+    for fn in fns:
+        try:
+            lines += fn(runs, out)
+        except Exception as e:  # noqa: BLE001 - reported in the page, the other tables still build
+            lines += [f"_({getattr(fn, '__name__', 'a table')} could not be built: {type(e).__name__}: {e})_", ""]
+    return lines

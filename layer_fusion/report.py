@@ -28,7 +28,8 @@ import numpy as np
 from experiments import selection
 from experiments.claims import BOOT_SEED, N_BOOT, bootstrap_seeds, percentile_ci, resample_weights, resampled_metric
 from experiments.paper_values import paper_values
-from experiments.tables import Table, caps, config_value, figure_link, fmt, label, natural, pyplot, save_figure
+from experiments.tables import (Table, caps, config_value, figure_link, fmt, label, natural, pyplot, save_figure,
+                                sections)
 
 GENERIC_TABLES = ()
 PAPER = "layer_fusion"
@@ -628,11 +629,6 @@ def build(runs: list[dict], out: Path) -> list[str]:
              ".csv. Offline stand-ins are labelled (wnut16 for CoNLL-03, e5-small / minilm-l6 for the paper's "
              "encoders, smollm2-135m and gemma3-270m for LLaMA-2, rt-polarity for SST-2, vitaminc for MNLI, winogrande "
              "for RTE); regime fe of the P-32 protocol is a frozen-backbone probe, not the paper's fine-tuning.", ""]
-    for fn in (params, fewshot_grid, relative_gains, sample_auc, learning_curves, fe_vs_ft, p32, truncation,
-               lambda_heatmap, bench):
-        try:
-            lines += fn(runs, out)
-        except Exception as e:  # one broken table must not hide the others
-            lines += [f"_({fn.__name__} could not be built: {type(e).__name__}: {e})_", ""]
-    return lines
+    return lines + sections((params, fewshot_grid, relative_gains, sample_auc, learning_curves, fe_vs_ft, p32,
+                             truncation, lambda_heatmap, bench), runs, out)
 

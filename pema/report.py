@@ -13,7 +13,7 @@ import numpy as np
 
 from experiments.claims import BOOT_SEED, N_BOOT, percentile_ci, resample_weights, resampled_metric
 from experiments.paper_values import paper_values
-from experiments.tables import Table, delta, fmt, pyplot, run_label, save_figure, scale
+from experiments.tables import Table, delta, fmt, pyplot, run_label, save_figure, scale, sections
 
 GLUE = ("cola", "mnli", "mrpc", "qnli", "qqp", "rte", "sst2", "stsb", "wnli")
 GENERIC_TABLES = ("pema/scores*",)  # every eval/ metric of the pema_scores runs (both arms)
@@ -56,12 +56,7 @@ def build(runs: list[dict], out: Path) -> list[str]:
     out = Path(out)
     lines = ["Generated from the run records (`pema/report.py`); each table also lies in `tables/` as .md and .csv. "
              "Offline stand-ins are labelled; Δ = ours − paper.", ""]
-    for fn in (table5, table2, table3, table4, fig2, table1, runtime, table9, table10):
-        try:
-            lines += fn(runs, out)
-        except Exception as e:  # one broken table must not hide the others
-            lines += [f"_({fn.__name__} could not be built: {type(e).__name__}: {e})_", ""]
-    return lines
+    return lines + sections((table5, table2, table3, table4, fig2, table1, runtime, table9, table10), runs, out)
 
 
 # ---- Tables 5/6 ------------------------------------------------------------------------------------------------

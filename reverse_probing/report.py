@@ -33,7 +33,8 @@ import numpy as np
 from experiments import selection
 from experiments.claims import BOOT_SEED, bootstrap_seeds, percentile_ci
 from experiments.paper_values import paper_values
-from experiments.tables import PERCENT, Table, caps, config_value, figure_link, fmt, natural, pyplot, save_figure
+from experiments.tables import (PERCENT, Table, caps, config_value, figure_link, fmt, natural, pyplot, save_figure,
+                                sections)
 
 GENERIC_TABLES = ()
 PAPER = "reverse_probing"
@@ -765,10 +766,5 @@ def build(runs: list[dict], out: Path) -> list[str]:
              "(winogrande-coref, CoNLL F1 ×100), and, because frozen MiniLM features carry no WinoGrande signal "
              "(the signal table), Quoref, the **stand-in target** (quoref: the suite's QA head on the frozen "
              "features, SQuAD F1 0-100), where the comparisons run.", ""]
-    for fn in (signal, table1, table2, table3, layer_sweep, mean_vs_attention, single_vs_pairs, cossim, alpha,
-               sum_vs_mean, source_tasks, bench):
-        try:
-            lines += fn(runs, out)
-        except Exception as e:  # one broken table must not hide the others
-            lines += [f"_({getattr(fn, '__name__', 'a table')} could not be built: {type(e).__name__}: {e})_", ""]
-    return lines
+    return lines + sections((signal, table1, table2, table3, layer_sweep, mean_vs_attention, single_vs_pairs, cossim,
+                             alpha, sum_vs_mean, source_tasks, bench), runs, out)

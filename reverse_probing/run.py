@@ -124,10 +124,14 @@ def safe_words(tok, words: list[str]) -> list[str]:
 
 
 def load_docs(task: DictConfig, data: DictConfig, splits=("train", "dev", "eval")) -> dict[str, list[dict]]:
-    raw = D.load_splits(task, data)
-    missing = [s for s in splits if s not in raw]
+    """The documents of `splits` only (an extra evaluation set has no train split: its task's schema default
+    {train, eval} would make the loader look for one)."""
+    missing = [s for s in splits if s not in task.splits]
     if missing:
         raise ConfigError(f"task={task.name} has no {', '.join(missing)} split (task.splits: {dict(task.splits)})")
+    task = copy.deepcopy(task)
+    task.splits = {s: task.splits[s] for s in splits}
+    raw = D.load_splits(task, data)
     return {s: raw[s].to_list() for s in splits}
 
 

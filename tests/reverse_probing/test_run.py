@@ -154,3 +154,38 @@ def test_the_benchmark_times_both_arms_side_by_side(smoke_cfg, tmp_path):
     ratios = [f / e for f, e in zip(times["encoder_forward"], times["head_epoch"])]  # paired by round
     assert m["bench/ratio"] == pytest.approx(statistics.median(ratios))
     assert m["bench/head_epoch_s"] == pytest.approx(statistics.median(times["head_epoch"]))
+
+
+def test_a_coref_task_reads_coref_hoi_subtoken_jsonlines_as_word_documents(tmp_path, monkeypatch):
+    """conf/task/conll2012.yaml points at coref-hoi's preprocessed files: the loader turns their sub-token lines into
+    the word-level documents every probe reads (experiments.coref.read_jsonlines)."""
+    import shutil
+
+    from experiments import data as D
+    from experiments.assets import write_manifest
+    from tests.conftest import REPO
+    monkeypatch.setenv("STRATA_CACHE", str(tmp_path))
+    d = tmp_path / "data" / "conll2012"
+    d.mkdir(parents=True)
+    hoi = REPO / "tests" / "fixtures" / "coref" / "handmade.jsonlines"
+    first = hoi.read_text().splitlines()[0] + "\n"  # the sub-token document
+    for split in ("train", "dev", "eval"):
+        (d / f"{split}.jsonl").write_text(first)
+    write_manifest(d, {"asset": "data/conll2012"})
+    cfg = compose("task=conll2012")
+    ds = D.load_splits(cfg.task, cfg.data)
+    doc = ds["train"][0]
+    assert doc["sentences"] == [["John", "went", "to", "Washington", "."], ["He", "liked", "it", "there", "."]]
+    assert doc["clusters"] == [[[0, 0], [5, 5]], [[3, 3], [8, 8]]]
+    docs = R.prepared(compose("experiment=reverse_probing/smoke", "method.gold_mentions=false").copy(),
+                      [doc], [R.load_source(R.sources_of(compose("experiment=reverse_probing/smoke"))[0])[0]])
+    assert docs[0].n_words == 10 and docs[0].gold == [((0, 0), (5, 5)), ((3, 3), (8, 8))]
+    assert docs[0].speakers[0] != docs[0].speakers[5]  # a and b
+
+
+@pytest.mark.assets
+def test_an_extra_evaluation_set_needs_only_its_eval_split():
+    """wsc273 ships eval alone; the task schema's default splits name train too."""
+    cfg = compose("experiment=reverse_probing/signal_cpu")
+    docs = R.load_docs(R.extra_tasks(cfg)["wsc"], cfg.data, ("eval",))
+    assert list(docs) == ["eval"] and len(docs["eval"]) == 249
