@@ -95,7 +95,9 @@ KEY_DIRECTIONS: tuple[tuple[re.Pattern, bool | None], ...] = tuple((re.compile(p
     (r"auc_", None),
     (r"(accuracy|f1|f1_macro|mcc|pearson|spearman)_final$", True),  # the last evaluation, beside the best one
     (r"^lambda/", None),                 # the shape of learned layer weights (entropy, early-block share)
-    (r"^extract/layer$", None),          # which hidden state a probe read (reverse probing's truncation layer)
+    (r"^extract/layer$", None),
+    (r"^bench/ratio", True),             # how many head-only epochs one encoder pass costs: the store's saving
+    (r"^bench/.*_s$", False),          # which hidden state a probe read (reverse probing's truncation layer)
     (r"^cossim/", None),                 # similarity of two models' embeddings: a description, not a score
     (r"^bench/runs_to_break_even$", False),  # runs after which a cache's one-off fill has paid for itself
     (r"^bench/dev_gap$", None),          # |Δ best dev score| between two arms that should train alike: a check

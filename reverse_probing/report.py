@@ -33,7 +33,7 @@ import numpy as np
 from experiments import selection
 from experiments.claims import BOOT_SEED, bootstrap_seeds, percentile_ci
 from experiments.paper_values import paper_values
-from experiments.tables import (PERCENT, Table, caps, config_value, figure_link, fmt, natural, pyplot, save_figure,
+from experiments.tables import (PERCENT, Table, caps as table_caps, config_value, figure_link, fmt, natural, pyplot, save_figure,
                                 sections)
 
 GENERIC_TABLES = ()
@@ -47,6 +47,20 @@ T1_CONCAT = (4, 6, 12)  # the paper's concat depths
 PERCENT_KEYS = PERCENT | {"conll_f1", "muc_f1", "b3_f1", "ceafe_f1"}  # fractions, shown ×100
 RUN_ALL = "`make reverse_probing-cpu` (the CPU tier; `make reverse_probing` at paper scale)"
 STAND_IN_TARGETS = {"quoref": "stand-in target, QA head, SQuAD F1"}  # labelled wherever a row or a block names it
+
+
+def caps(runs: list[dict]) -> list[str]:
+    """The kit's caps line, told where a coreference probe keeps its limits: documents (n_samples *_docs) and the
+    epoch budget and patience of method.* (the shared train.* group is the QA probe's and the fine-tunes')."""
+    def told(r: dict) -> dict:
+        c, m = r["config"], r["config"].get("method", {})
+        if c.get("task", {}).get("type") != "coref" or "max_epochs" not in m:
+            return r
+        n = {f"{s}_examples": v for s, v in ((k[:-5], v) for k, v in r.get("n_samples", {}).items()
+                                              if k.endswith("_docs")) if s in ("train", "dev", "eval")}
+        return {**r, "n_samples": n, "config": {**c, "train": {"epochs": m["max_epochs"], "patience": m.get("patience"),
+                                                                "max_steps": 0}}}
+    return table_caps([told(r) for r in runs])
 
 
 def run_exp(name: str) -> str:

@@ -62,7 +62,7 @@ def test_every_experiment_grid_publishes_unique_paths_and_passes_the_runners_che
         base, params = compose_experiment(exp)
         methods = {}
         for job in grid_jobs(params):
-            choice = dict(o.split("=", 1) for o in job)
+            choice = {o.key_or_group: o.value() for o in OverridesParser.create().parse_overrides(job)}  # [a,b]: a list
             if "method" in choice and choice["method"] not in methods:
                 methods[choice["method"]] = compose_experiment(exp, f"method={choice['method']}")[0]
             cfg = methods.get(choice.get("method"), base)

@@ -20,6 +20,7 @@ def record(smoke_cfg, tmp_path, *overrides):
     return rec
 
 
+@pytest.mark.slow  # several runs through the runner: make test runs it, test-unit does not
 def test_a_probe_records_coref_scores_accuracy_and_the_majority(smoke_cfg, tmp_path):
     rec = record(smoke_cfg, tmp_path, "method.sources=[tiny-bert]", "method.aggregate=attention",
                  "+method.extra_eval.wsc=wsc273")
@@ -35,6 +36,7 @@ def test_a_probe_records_coref_scores_accuracy_and_the_majority(smoke_cfg, tmp_p
     assert len(alpha) == m["train/epochs"] and all(a == pytest.approx([1.0]) for a in alpha)  # one source
 
 
+@pytest.mark.slow  # several runs through the runner: make test runs it, test-unit does not
 def test_every_variant_and_aggregation_runs_and_attention_logs_alpha_per_source(smoke_cfg, tmp_path):
     rec = record(smoke_cfg, tmp_path, "method.sources=[tiny-bert,tiny-bert]", "method.variant=concat",
                  "method.concat_n=2", "method.aggregate=attention")
@@ -79,6 +81,7 @@ def test_the_training_encoders_features_equal_the_stored_ones(tmp_path):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.slow  # several runs through the runner: make test runs it, test-unit does not
 def test_the_quoref_probe_runs_with_the_qa_head_and_records_its_baseline(smoke_cfg, tmp_path):
     rec = record(smoke_cfg, tmp_path, "task=quoref", "method.aggregate=attention", "method.variant=trunc",
                  "method.trunc=[1,1]")
@@ -137,6 +140,7 @@ def test_a_qa_target_refuses_sources_with_different_tokenizers(smoke_cfg, tmp_pa
     assert rec["status"] == "failed" and "same tokenizer" in rec["error"]
 
 
+@pytest.mark.slow  # several runs through the runner: make test runs it, test-unit does not
 def test_cosine_of_a_source_with_itself_is_one_and_with_another_below(smoke_cfg, tmp_path):
     rec = record(smoke_cfg, tmp_path, "method=reverse_probing_cossim", "method.reference=tiny-bert",
                  "method.gold_mentions=false", "method.sources=[tiny-bert]")
@@ -145,6 +149,7 @@ def test_cosine_of_a_source_with_itself_is_one_and_with_another_below(smoke_cfg,
         record(smoke_cfg, tmp_path, "method=reverse_probing_cossim", "method.reference=tiny-bert")
 
 
+@pytest.mark.slow  # several runs through the runner: make test runs it, test-unit does not
 def test_the_benchmark_times_both_arms_side_by_side(smoke_cfg, tmp_path):
     rec = record(smoke_cfg, tmp_path, "method=reverse_probing_bench", "method.repeats=2")
     m = rec["metrics"]
