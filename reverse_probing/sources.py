@@ -18,6 +18,7 @@ import tempfile
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from experiments import data as D
 from experiments import finetune as F
 from experiments.assets import cache_dir, write_manifest
 from experiments.config import ConfigError
@@ -56,7 +57,6 @@ def finetune(cfg: DictConfig, ctx: RunContext):
     tok, model, raw, train, evals = F.prepare(cfg)
     dev = F.encode_dev(cfg, tok, raw)
     ctx.tokenizer_fingerprint = tokenizer_fingerprint(tok)
-    from experiments import data as D
     batches, n_batches = D.train_batches(train, cfg.hardware.batch_size, tok.pad_token_id, cfg.seed,
                                          cfg.train.group_by_length)
     F.record_samples(cfg, ctx, raw, train, evals)
