@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import copy
 import logging
+import re
 import statistics
 import time
+from collections import Counter
 
 import numpy as np
 import torch
@@ -24,7 +26,7 @@ from experiments import data as D
 from experiments.config import ConfigError, ModelConfig, TaskConfig, load_group
 from experiments.context import RunContext
 from experiments.memo import Memo
-from experiments.metrics import coref_scores
+from experiments.metrics import coref_scores, squad_em_f1
 from experiments.models import load_encoder, tokenizer_fingerprint
 from experiments.optim import linear_schedule, param_groups, warmup_steps
 from experiments.store import model_fingerprint
@@ -140,7 +142,8 @@ def prepared(cfg: DictConfig, raw: list[dict], toks: list) -> list[Doc]:
     out = []
     for doc in raw:
         words, _ = words_of(doc)
-        pieces = np.max([piece_counts(t, safe_words(t, words)) for t in toks], axis=0).tolist() if words else []
+        # a word a tokenizer drops becomes its unknown token (safe_words): one piece
+        pieces = np.max([[c or 1 for c in piece_counts(t, words)] for t in toks], axis=0).tolist() if words else []
         out.append(prepare(doc, pieces, m.max_segment_len, m.gold_mentions, m.max_span_width))
     return out
 
@@ -406,11 +409,6 @@ def qa_states(cfg, ctx, model: DictConfig, feats, split: str, layer) -> list[tor
 def majority_qa(rows) -> dict[str, float]:
     """A trivial answerer's scores (the needs-signal baseline of a span-QA target with no classes): the passage's most
     frequent capitalised word, a name for most Quoref questions (whose answers are mostly people)."""
-    import re
-    from collections import Counter
-
-    from experiments.metrics import squad_em_f1
-
     def guess(context: str) -> str:
         names = Counter(re.findall(r"\b[A-Z][a-z]+\b", context))
         return names.most_common(1)[0][0] if names else ""
