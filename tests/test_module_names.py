@@ -8,7 +8,8 @@ import pytest
 
 from tests.conftest import REPO
 
-PACKAGES = ("experiments", "scripts", "tests", "recycling", "pema", "intrinsic_dim", "reverse_probing", "layer_fusion", "eat")
+PACKAGES = ("experiments", "scripts", "tests", "recycling", "pema", "intrinsic_dim", "reverse_probing", "layer_fusion",
+            "eat")
 
 
 def rebound_names(source: str) -> dict[str, list[int]]:
