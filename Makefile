@@ -4,7 +4,6 @@ SHELL   := /bin/bash
 PYTHON  ?= python3
 VENV    ?= .venv
 PY      := $(VENV)/bin/python
-RUN     := $(PY) -m experiments.run
 STAMP   := $(VENV)/.strata-installed
 CACHE   := $(or $(STRATA_CACHE),$(HOME)/.cache/strata)
 HARDWARE ?= gpu
@@ -19,10 +18,7 @@ export TOKENIZERS_PARALLELISM := false
 help: ## list the targets, with this checkout's values
 	@echo "strata: make <target>    venv: $(VENV)   asset cache: $(CACHE)   implemented: $(PAPERS)"
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-22s %s\n", $$1, $$2}'
-	@for p in $(PAPERS); do \
-	  printf "  %-22s %s\n" "$$p-cpu" "CPU tier: $$(cd conf/experiment/$$p && ls *_cpu.yaml | sed 's/.yaml//' | paste -sd, - | sed 's/,/, /g')" ; \
-	  printf "  %-22s %s\n" "$$p" "paper scale (hardware=$(HARDWARE); hub ids need HF_HUB_OFFLINE=0): $$(cd conf/experiment/$$p && ls *.yaml | sed 's/.yaml//' | grep -v -e _cpu -e '^smoke' | paste -sd, - | sed 's/,/, /g')" ; \
-	done
+	@$(PYTHON) -m scripts.tier --targets --hardware $(HARDWARE) $(PAPERS)
 
 # the install is redone when pyproject.toml's content changes (not its mtime: a fresh clone's files are all new)
 setup: ## virtualenv + packages (keeps a torch you installed into the venv first, e.g. a CUDA build)
@@ -45,9 +41,8 @@ test-unit: setup ## the fast tier only: tiny random models and fixtures, no asse
 test-slow: assets ## only the slow tests
 	STRATA_REQUIRE_ASSETS=1 $(PY) -m pytest -m slow
 
-smoke: setup ## every implemented method on a tiny random model and the fixtures (seconds)
-	for p in $(PAPERS); do for s in conf/experiment/$$p/smoke*.yaml; do \
-	  $(RUN) -m experiment=$$p/$$(basename $$s .yaml) || exit 1; done; done
+smoke: setup ## every implemented method on a tiny random model and the fixtures, rerun each time (~1.5 min on 2 cores)
+	$(PY) -m scripts.tier --smoke $(PAPERS)
 
 reproduce: assets ## the default (CPU) tier of every implemented paper, then results/REPORT.md
 	@i=0; for p in $(PAPERS); do i=$$((i+1)); \
@@ -68,9 +63,8 @@ $(PAPERS): %: assets ## <paper>: GPU tier: packaged models at full data (offline
 tables: setup ## rebuild every table, figure and results/REPORT.md from the committed run files (no compute)
 	$(PY) -m experiments.report
 
-list: ## experiments per paper and where their published records go
-	@for p in $(PAPERS); do for f in conf/experiment/$$p/*.yaml; do \
-	  e=$$(basename $$f .yaml); echo "$$f -> results/$$p/runs/$$e/<hardware>/<run_id>.json"; done; done
+list: ## every experiment file: the command that runs it and whether it publishes into results/
+	@$(PYTHON) -m scripts.tier --list --hardware $(HARDWARE) $(PAPERS) store
 
 clean: ## remove Hydra outputs (keeps results/, the venv and the asset cache)
 	rm -rf outputs multirun

@@ -47,3 +47,12 @@ def test_help_lists_every_target_with_real_values():
 def test_tiers_go_through_scripts_tier_with_the_hardware(fake_venv):
     out = make("-n", "pema-cpu", "recycling", "HARDWARE=gpu", f"VENV={fake_venv}").stdout
     assert "-m scripts.tier pema --hardware cpu" in out and "-m scripts.tier recycling --hardware gpu" in out
+
+
+def test_list_says_what_publishes_and_smoke_ends_with_one_line(fake_venv):
+    out = make("list").stdout.splitlines()
+    smoke = [line for line in out if "/smoke" in line.split()[0]]
+    assert len(smoke) >= 8 and all("never publishes" in line and "results/" not in line for line in smoke)
+    assert any(line.startswith("conf/experiment/recycling/table1_cpu.yaml") and "make recycling-cpu publishes" in line
+               for line in out)
+    assert "-m scripts.tier --smoke finetune" in make("-n", "smoke", f"VENV={fake_venv}").stdout
