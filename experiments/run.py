@@ -98,6 +98,24 @@ def offline_hint(cfg: DictConfig, e: Exception) -> str:
     return ""
 
 
+# the settings a budget file or an experiment most often sets, shown at a run's start
+SETTINGS = ("train.lr", "train.epochs", "train.max_steps", "data.limit_train", "data.limit_eval", "task.dev_from_train",
+            "hardware.batch_size")
+
+
+def settings_line(cfg: DictConfig) -> str:
+    """What a run inherited before its own overrides: the per-task budget file the defaults list applies
+    (conf/budget/<hardware>_<task>.yaml, when this checkout has one) and the values that set a run's scale, so a
+    single run can be told from a tier's (which may sweep the lr and choose it on dev)."""
+    from hydra.core.hydra_config import HydraConfig
+    choice = (HydraConfig.get().runtime.choices.get("budget@_global_") if HydraConfig.initialized()
+              else f"{cfg.hardware.name}_{cfg.task.name}")
+    budget = Path("conf") / "budget" / f"{choice}.yaml"
+    source = f"budget {budget}" if choice and (Path(__file__).resolve().parents[1] / budget).exists() else "no budget"
+    return f"{source}, then the experiment and overrides: " + " ".join(f"{k}={OmegaConf.select(cfg, k)}"
+                                                                        for k in SETTINGS)
+
+
 def execute(cfg: DictConfig, output_dir: Path, overrides: list[str] | tuple[str, ...] = ()) -> dict:
     """Run (or skip) one composed config; returns its run record. `overrides`: the job's command-line and sweep
     overrides (they name the run and are recorded). Every failure, a refused config included, is recorded."""
@@ -142,6 +160,7 @@ def execute(cfg: DictConfig, output_dir: Path, overrides: list[str] | tuple[str,
             ctx.wandb_run = wandb.init(project=cfg.logger.project, mode=cfg.logger.mode, name=run_id,
                                        dir=str(output_dir), config=config, reinit=True)
         log.info("run %s (hash %s) on %s", run_id, chash, ctx.device_name)
+        log.info("settings: %s", settings_line(cfg))
         record["metrics"] = {k: float(v) for k, v in fn(cfg, ctx).items()}
         record["status"] = "ok"
     except Exception as e:  # recorded, then re-raised or swallowed per on_error
