@@ -164,7 +164,8 @@ def train_arm(cfg: DictConfig, ctx: RunContext, data: Data) -> tuple[EatModel, d
             return evaluate(model, dev_feats, data.raw[dev_split], cfg.task, cfg.hardware.eval_batch_size,
                             ctx.device, pad).as_split("dev")
     res = fit(trainee, annealed, n_batches, cfg.train, evaluate=select, objective="dev/accuracy",
-              higher_is_better=True, device=ctx.device, precision=cfg.hardware.precision)
+              higher_is_better=True, device=ctx.device, precision=cfg.hardware.precision,
+              on_eval=lambda s, mt: ctx.log_metrics(mt, s), log_metrics=ctx.sink)
     model.settings = target
     info = {"steps": res.steps, "best_step": res.best_step, "epochs": res.epochs, "train_s": res.train_s,
             "step_ms": res.step_ms, "history": res.history, "dev/accuracy": res.best["dev/accuracy"]}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -28,9 +28,26 @@ class RunContext:
     wandb_run: Any = None
     tokenizer_fingerprint: str | None = None  # set by the method that builds a tokenizer (models.tokenizer_fingerprint)
 
+    _step_base: int = field(default=0, repr=False)
+    _last_step: int = field(default=-1, repr=False)
+
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
-        if self.wandb_run is not None:
-            self.wandb_run.log(metrics, step=step)
+        """Stream metrics to the run's logger (nothing without one). `step` counts the caller's optimizer steps; a
+        method that trains more than once in a run (PEMA's two arms) starts again from 0, which wandb would drop as
+        going back in time, so each new phase continues after the last step logged."""
+        if self.wandb_run is None:
+            return
+        if step is not None:
+            if self._step_base + step < self._last_step:
+                self._step_base = self._last_step + 1 - step
+            step = self._last_step = self._step_base + step
+        self.wandb_run.log(metrics, step=step)
+
+    @property
+    def sink(self) -> Callable[[dict[str, float], int | None], None] | None:
+        """`log_metrics` when a logger listens, else None: training loops then skip their curves' bookkeeping (no
+        device sync for a loss nobody reads)."""
+        return self.log_metrics if self.wandb_run is not None else None
 
     def store(self, dtype: str | None = None, root: Path | None = None):
         """The shared activation store (imported lazily: methods that never cache pay nothing). `dtype` (fp16 | fp32)

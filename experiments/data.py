@@ -12,6 +12,7 @@ import torch
 from omegaconf import DictConfig
 
 from experiments.assets import require
+from experiments.progress import Progress
 
 log = logging.getLogger(__name__)
 REPO = Path(__file__).resolve().parent.parent
@@ -130,9 +131,14 @@ def encode(ds: datasets.Dataset, tokenizer, task: DictConfig, max_len: int, trai
         raise ValueError(f"task type {task.type!r} has no encoder here; valid: cls, pair, ner, qa (coref documents are "
                          "encoded by the coreference probe, method=reverse_probing)")
     fn = {"cls": _encode_text, "pair": _encode_text, "ner": _encode_ner, "qa": _encode_qa}[task.type]
-    return ds.map(lambda b, idx: fn(b, idx, tokenizer, task, max_len, train), batched=True, with_indices=True,
-                  remove_columns=ds.column_names,
-                  desc=f"tokenize {task.name}", load_from_cache_file=False)
+
+    def encoded(b, idx):  # datasets' own bars are off (experiments.run.quiet_libraries); ours reports long splits
+        out = fn(b, idx, tokenizer, task, max_len, train)
+        bar.update(len(idx))
+        return out
+    with Progress(len(ds), f"tokenize {task.name}", unit="ex") as bar:
+        return ds.map(encoded, batched=True, with_indices=True, remove_columns=ds.column_names,
+                      desc=f"tokenize {task.name}", load_from_cache_file=False)
 
 
 def _encode_text(batch, idx, tokenizer, task, max_len, train):

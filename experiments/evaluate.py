@@ -12,6 +12,7 @@ from omegaconf import DictConfig
 
 from experiments import metrics as M
 from experiments.data import collate, tag_ids
+from experiments.progress import Progress
 
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
@@ -50,11 +51,13 @@ def forward_logits(model, n: int, inputs: Inputs, batch_size: int, device) -> li
     """Logits per feature (unpadded along the sequence for token-level heads). `inputs(i, j)` gives the model
     inputs of features i..j-1 (token ids, or anything else the model takes, e.g. cached hidden states)."""
     out = []
-    for i in range(0, n, batch_size):
-        batch = {k: v.to(device) for k, v in inputs(i, min(n, i + batch_size)).items()}
-        logits = model(**batch).logits.float().cpu().numpy()
-        lengths = batch["attention_mask"].sum(1).tolist()
-        out.extend(lg if lg.ndim == 1 else lg[:n] for lg, n in zip(logits, lengths))
+    with Progress(n, "evaluate", unit="ex") as bar:
+        for i in range(0, n, batch_size):
+            batch = {k: v.to(device) for k, v in inputs(i, min(n, i + batch_size)).items()}
+            logits = model(**batch).logits.float().cpu().numpy()
+            lengths = batch["attention_mask"].sum(1).tolist()
+            out.extend(lg if lg.ndim == 1 else lg[:t] for lg, t in zip(logits, lengths))
+            bar.update(len(logits))
     return out
 
 

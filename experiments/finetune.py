@@ -59,7 +59,7 @@ def fit_and_score(cfg: DictConfig, ctx: RunContext, model, raw, evals, batches, 
     result = fit(model, batches, n_batches, cfg.train, evaluate=select, objective=key,
                  higher_is_better=higher_is_better(objective) is not False,
                  device=ctx.device, precision=hw.precision, on_eval=lambda s, m: ctx.log_metrics(m, s),
-                 test=score("eval", evals, eval_inputs) if dev is not None else None)
+                 test=score("eval", evals, eval_inputs) if dev is not None else None, log_metrics=ctx.sink)
     ctx.extra["history"] = result.history
     scored = result.best if dev is None else result.test
     if getattr(scored, "per_example", None):  # the examples behind the reported evaluation

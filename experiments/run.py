@@ -157,8 +157,9 @@ def execute(cfg: DictConfig, output_dir: Path, overrides: list[str] | tuple[str,
         ctx.store_dtype = cfg.store.dtype
         if cfg.logger.wandb:
             import wandb
+            # a sweep in one process starts one wandb run per job: finish the previous one (the old reinit=True)
             ctx.wandb_run = wandb.init(project=cfg.logger.project, mode=cfg.logger.mode, name=run_id,
-                                       dir=str(output_dir), config=config, reinit=True)
+                                       dir=str(output_dir), config=config, reinit="finish_previous")
         log.info("run %s (hash %s) on %s", run_id, chash, ctx.device_name)
         log.info("settings: %s", settings_line(cfg))
         record["metrics"] = {k: float(v) for k, v in fn(cfg, ctx).items()}

@@ -52,6 +52,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from experiments.progress import Progress
+
 log = logging.getLogger(__name__)
 
 FORMAT = 1  # bump when the key recipe or the shard layout changes
@@ -503,9 +505,11 @@ class ActivationStore:
         if not need:
             return writer
         idxs = sorted(need, key=lambda i: -len(view.examples[i]["input_ids"]))  # similar lengths pad less
+        bar = Progress(len(idxs), "activation store", unit="ex")
         try:
             batches = batched_hidden_states(view.model, view.examples, idxs, view.batch_size, view.device)
             for bidx, hs, lens in batches:
+                bar.update(len(bidx))
                 for b, i in enumerate(bidx):
                     for j in need[i]:
                         h = hs[view.layers[j]][b]
@@ -523,6 +527,8 @@ class ActivationStore:
             except Exception:
                 writer.abort()
             raise
+        finally:
+            bar.close()
         return writer
 
     def _publish(self, writer: _ShardWriter, replaces: frozenset[str] = frozenset()) -> None:

@@ -1,21 +1,21 @@
 """One plain-torch fine-tuning loop: AdamW, linear warmup then linear decay (experiments.optim), gradient
-accumulation, early stopping on the dev objective (the best weights are restored), a progress bar and per-step timing.
-It is the "Full" baseline every paper compares against, and methods reuse it by passing a model whose frozen parts
-need no grad."""
+accumulation, early stopping on the dev objective (the best weights are restored), progress (experiments.progress),
+per-step timing and training curves for the run's logger (`TrainLog`). It is the "Full" baseline every paper compares
+against, and methods reuse it by passing a model whose frozen parts need no grad."""
 from __future__ import annotations
 
 import logging
 import math
-import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
 from experiments.optim import adamw, linear_schedule, warmup_steps
+from experiments.progress import Progress
 from experiments.timing import StepTimer
 
 log = logging.getLogger(__name__)
@@ -35,6 +35,74 @@ class FitResult:
     test: dict[str, float] | None = None  # `test(model)` once, at the restored best weights (when given)
 
 
+class TrainLog:
+    """Training curves for a run's logger (`RunContext.log_metrics`, i.e. wandb): every `every` optimizer steps, and
+    at the last one, the mean loss over the steps since the previous point, the learning rate the last step used
+    (`train/lr`; `train/lr_1`, ... for parameter groups with their own base rate) and the throughput over training
+    time (evaluation excluded): examples/s, and tokens/s when batches carry an attention mask. Without a logger every
+    method returns at once: no counting, no device sync."""
+
+    def __init__(self, sink: Callable[[dict, int], None] | None, total_steps: int, every: int | None = None):
+        self.sink, self.total = sink, total_steps
+        # about 100 points a run and at least one every 50 steps: a smoke run still draws a curve, a long one is light
+        self.every = every or max(1, min(50, total_steps // 100))
+        self._reset()
+
+    def _reset(self) -> None:
+        self.loss, self.steps, self.examples, self.tokens = None, 0, 0, None
+        self.t0 = time.perf_counter()
+
+    def batch(self, batch: dict) -> None:
+        """Count one (micro-)batch."""
+        if self.sink is None or not batch:
+            return
+        first = next(iter(batch.values()))
+        self.examples += len(first) if hasattr(first, "__len__") else 1
+        mask = batch.get("attention_mask")
+        if isinstance(mask, torch.Tensor):  # summed on its device; read once per point
+            self.tokens = mask.sum() if self.tokens is None else self.tokens + mask.sum()
+
+    def step(self, step: int, loss: torch.Tensor | float, lrs: list[float], **extra: float) -> None:
+        """After optimizer step `step`: its loss (detached; a device tensor is read only when a point is due) and
+        the learning rates it used (`rates`)."""
+        if self.sink is None:
+            return
+        self.loss = loss if self.loss is None else self.loss + loss
+        self.steps += 1
+        if step % self.every and step != self.total:
+            return
+        dt = max(time.perf_counter() - self.t0, 1e-9)
+        point = {"train/loss": float(self.loss) / self.steps, "train/lr": lrs[0],
+                 **{f"train/lr_{i}": lr for i, lr in enumerate(lrs[1:], 1)},
+                 "train/examples_per_s": self.examples / dt, **extra}
+        if self.tokens is not None:
+            point["train/tokens_per_s"] = float(self.tokens) / dt
+        self.sink(point, step)
+        self._reset()
+
+    @staticmethod
+    def rates(*optimizers: torch.optim.Optimizer) -> list[float]:
+        """The current learning rate of each distinct base rate (groups that only differ in weight decay are one):
+        read before `optimizer.step()`, they are the rates that step uses."""
+        seen, out = set(), []
+        for opt in optimizers:
+            for g in opt.param_groups:
+                base = g.get("initial_lr", g["lr"])
+                if base not in seen:
+                    seen.add(base)
+                    out.append(g["lr"])
+        return out
+
+    @contextmanager
+    def paused(self):
+        """Time inside the block (an evaluation) does not count toward throughput."""
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.t0 += time.perf_counter() - t
+
+
 def total_steps(n_batches: int, cfg) -> int:
     if cfg.max_steps and cfg.max_steps > 0:
         return int(cfg.max_steps)
@@ -44,12 +112,14 @@ def total_steps(n_batches: int, cfg) -> int:
 def fit(model: nn.Module, batches: Callable[[int], Iterable[dict]], n_batches: int, cfg,
         evaluate: Callable[[nn.Module], dict[str, float]], objective: str, higher_is_better: bool,
         device: torch.device, precision: str = "fp32", on_eval: Callable[[int, dict], None] | None = None,
-        test: Callable[[nn.Module], dict[str, float]] | None = None) -> FitResult:
+        test: Callable[[nn.Module], dict[str, float]] | None = None,
+        log_metrics: Callable[[dict, int], None] | None = None) -> FitResult:
     """Train `model` on `batches(epoch)` (a fresh, reshuffled iterable each epoch) for cfg.max_steps or cfg.epochs.
 
     `evaluate(model) -> metrics` runs every cfg.eval_every optimizer steps (0: each epoch) and at the end; the weights
     with the best `metrics[objective]` are kept and restored. `test(model)`, if given, is scored once at those weights
-    (a dev split selects, the eval split is only reported). cfg is a TrainConfig.
+    (a dev split selects, the eval split is only reported). `log_metrics(metrics, step)` receives the training curves
+    (`TrainLog`; pass the run's `ctx.log_metrics`); `on_eval(step, metrics)` each evaluation. cfg is a TrainConfig.
     """
     model.to(device)
     steps_total = total_steps(n_batches, cfg)
@@ -61,7 +131,9 @@ def fit(model: nn.Module, batches: Callable[[int], Iterable[dict]], n_batches: i
     best, best_score, best_state, best_step, bad_evals = {}, None, None, 0, 0
     history, step, micro, epoch, stopped = [], 0, 0, 0, False
     sign = 1 if higher_is_better else -1
-    bar = tqdm(total=steps_total, desc="train", disable=not (cfg.progress and sys.stderr.isatty()), leave=False)
+    bar = Progress(steps_total, "train", unit="step", enabled=cfg.progress, delay_s=0)
+    curve = TrainLog(log_metrics, steps_total)
+    track = log_metrics is not None or bar.tty or bar.lines  # the step's loss is kept only for someone who shows it
 
     def scored(fn):
         model.eval()
@@ -72,7 +144,8 @@ def fit(model: nn.Module, batches: Callable[[int], Iterable[dict]], n_batches: i
 
     def run_eval() -> bool:
         nonlocal best, best_score, best_state, best_step, bad_evals
-        metrics = scored(evaluate)
+        with curve.paused():
+            metrics = scored(evaluate)
         history.append({"step": step, **metrics})
         if on_eval:
             on_eval(step, metrics)
@@ -92,22 +165,27 @@ def fit(model: nn.Module, batches: Callable[[int], Iterable[dict]], n_batches: i
         for batch in _timed(batches(epoch), data_s):
             if micro % cfg.grad_accum == 0:
                 timer.start()
+                step_loss = 0.0
+            curve.batch(batch)
             batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
             with autocast():
                 loss = model(**batch).loss / cfg.grad_accum
             loss.backward()
+            if track:
+                step_loss = step_loss + loss.detach().float()
             micro += 1
             if micro % cfg.grad_accum:
                 continue
             if cfg.max_grad_norm:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+            lrs = TrainLog.rates(opt)  # the rates this step uses; sched.step() sets the next ones
             opt.step()
             sched.step()
             opt.zero_grad(set_to_none=True)
             step += 1
             timer.stop()
-            bar.update(1)
-            bar.set_postfix(loss=f"{loss.item() * cfg.grad_accum:.4f}", refresh=False)
+            bar.update(1, loss=step_loss)
+            curve.step(step, step_loss, lrs, **{"train/epoch": micro / max(1, n_batches)})
             if step % eval_every == 0 or step == steps_total:
                 stopped = run_eval()
             if stopped or step >= steps_total:

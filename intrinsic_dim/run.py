@@ -258,7 +258,7 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
         timing = S.train(model, train_texts, epochs=m.sft_epochs, lr=m.sft_lr, batch_size=m.sft_batch_size,
                          warmup_ratio=m.sft_warmup_ratio, seed=cfg.seed, device=ctx.device,
                          pad_id=tok.pad_token_id, group_by_length=m.sft_group_by_length, on_epoch=on_epoch,
-                         log=log.info, prompt_lens=prompt_lens)
+                         log=log.info, prompt_lens=prompt_lens, log_metrics=ctx.sink)
         write_json(ckpt_dir / "train.json", timing)
     ctx.extra.update(checkpoints=checkpoints, prompt_examples=[P.combined(pool[0]), splits["eval"][0][0]],
                      checkpoint_dir=str(ckpt_dir), sft_steps_per_epoch=steps_per_epoch)

@@ -13,6 +13,7 @@ from torch import nn
 from experiments.data import epoch_order
 from experiments.optim import adamw, linear_schedule, warmup_steps
 from experiments.timing import StepTimer
+from experiments.train import TrainLog
 from intrinsic_dim.extract import backbone, head
 
 
@@ -83,10 +84,12 @@ def completion_loss(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.T
 def train(model: nn.Module, texts_ids: Sequence[list[int]], *, epochs: int, lr: float, batch_size: int,
           warmup_ratio: float, seed: int, device: torch.device, pad_id: int, group_by_length: bool = True,
           max_grad_norm: float = 1.0, on_epoch: Callable[[int, int], None] | None = None,
-          log: Callable[[str], None] | None = None, prompt_lens: Sequence[int] | None = None) -> dict[str, float]:
+          log: Callable[[str], None] | None = None, prompt_lens: Sequence[int] | None = None,
+          log_metrics: Callable[[dict, int], None] | None = None) -> dict[str, float]:
     """Train the LoRA parameters for `epochs` epochs; `on_epoch(epoch, step)` after each (model in eval mode
     during the call, back in train mode after). Returns timing and the last loss. `prompt_lens`: the loss covers
-    only the tokens after each text's prompt (completion_loss); None: the whole text (the model's own loss)."""
+    only the tokens after each text's prompt (completion_loss); None: the whole text (the model's own loss).
+    `log_metrics`: the run's training curves (experiments.train.TrainLog: loss, learning rate, examples/s, tokens/s)."""
     model.to(device)
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
@@ -97,9 +100,12 @@ def train(model: nn.Module, texts_ids: Sequence[list[int]], *, epochs: int, lr: 
     sched = linear_schedule(opt, warmup_steps(warmup_ratio, total, hf=True), total, hf=True)
     timer = StepTimer(device)
     step, loss_v = 0, float("nan")
+    curve = TrainLog(log_metrics, total)
     for epoch in range(1, epochs + 1):
         model.train()
         for batch in batches(texts_ids, batch_size, seed, epoch, group_by_length, pad_id, prompt_lens):
+            curve.batch(batch)
+            lrs = TrainLog.rates(opt)
             with timer:
                 batch = {k: v.to(device) for k, v in batch.items()}
                 loss = model(**batch).loss if prompt_lens is None else completion_loss(model, batch)
@@ -111,10 +117,12 @@ def train(model: nn.Module, texts_ids: Sequence[list[int]], *, epochs: int, lr: 
                 opt.zero_grad(set_to_none=True)
             step += 1
             loss_v = float(loss.detach())
+            curve.step(step, loss_v, lrs, **{"train/epoch": step / n_batches})
         if log:
             log(f"sft epoch {epoch}/{epochs}: step {step}, loss {loss_v:.4f}, {timer.total_s:.0f} s training")
         if on_epoch:
             model.eval()
-            on_epoch(epoch, step)
+            with curve.paused():  # the per-epoch measurement is not training time
+                on_epoch(epoch, step)
     model.eval()
     return {"train_s": timer.total_s, "step_ms": timer.median_ms, "steps": step, "last_loss": loss_v}

@@ -212,7 +212,7 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
     objective = task.objective.replace("eval/", "dev/", 1)
     result = fit(model, batches, n_batches, train_config(cfg, n_batches), evaluate=scorer("dev"),
                  objective=objective, higher_is_better=True, device=ctx.device, precision=cfg.hardware.precision,
-                 on_eval=on_eval, test=scorer("eval"))
+                 on_eval=on_eval, test=scorer("eval"), log_metrics=ctx.sink)
     if getattr(result.test, "per_example", None):
         ctx.per_example["eval"] = result.test.per_example
     ctx.extra["curve"] = [{"step": h["step"], objective: h[objective]} for h in result.history]

@@ -30,6 +30,7 @@ from experiments.metrics import coref_scores, squad_em_f1
 from experiments.models import load_encoder, tokenizer_fingerprint
 from experiments.optim import linear_schedule, param_groups, warmup_steps
 from experiments.store import model_fingerprint
+from experiments.train import TrainLog
 from reverse_probing.aggregate import MODES, Aggregator
 from reverse_probing.coref import CorefHead
 from reverse_probing.documents import Doc, collate, prepare, window, words_of
@@ -292,8 +293,10 @@ def majority(docs: list[Doc]) -> dict[str, float]:
     return best
 
 
-def train_epoch(cfg: DictConfig, probe: ReverseProbe, opts, docs: list[Doc], feats, rng) -> list[float]:
-    """One pass over the training documents in a random order, `docs_per_step` documents a step."""
+def train_epoch(cfg: DictConfig, probe: ReverseProbe, opts, docs: list[Doc], feats, rng, curve: TrainLog | None = None,
+                step: int = 0) -> list[float]:
+    """One pass over the training documents in a random order, `docs_per_step` documents a step. `curve`: the run's
+    training curves (loss, learning rates, documents/s), `step` the optimizer steps taken before this epoch."""
     m = cfg.method
     losses = []
     for idx in batches(len(docs), m.docs_per_step, rng):
@@ -303,11 +306,16 @@ def train_epoch(cfg: DictConfig, probe: ReverseProbe, opts, docs: list[Doc], fea
         for opt, _, _ in opts:
             opt.zero_grad(set_to_none=True)
         out.loss.backward()
+        lrs = TrainLog.rates(*(opt for opt, _, _ in opts))
         for opt, sched, params in opts:
             torch.nn.utils.clip_grad_norm_(params, m.grad_clip)
             opt.step()
             sched.step()
         losses.append(out.loss.item())
+        step += 1
+        if curve is not None:
+            curve.batch({"documents": idx})
+            curve.step(step, losses[-1], lrs)
     return losses
 
 
@@ -322,18 +330,21 @@ def train(cfg: DictConfig, ctx: RunContext, probe: ReverseProbe, data: dict, ext
     opts = optimizers(cfg, probe, m.max_epochs * per_epoch, encoder)
     kept = torch.nn.ModuleList([probe] + ([encoder] if encoder is not None else []))  # checkpointed together
     best, best_state, best_epoch, bad, curve, alphas, epoch_s = None, None, 0, 0, [], [], []
+    steps = TrainLog(ctx.sink, m.max_epochs * per_epoch)
     for epoch in range(1, m.max_epochs + 1):
         kept.train()
         t0 = time.perf_counter()
-        losses = train_epoch(cfg, probe, opts, train_docs, train_feats, rng)
+        losses = train_epoch(cfg, probe, opts, train_docs, train_feats, rng, steps, (epoch - 1) * per_epoch)
         epoch_s.append(time.perf_counter() - t0)
         kept.eval()  # a training encoder too (dropout off while scoring)
-        dev = score(probe, *data["dev"], m.gold_mentions)
+        with steps.paused():
+            dev = score(probe, *data["dev"], m.gold_mentions)
         curve.append({"epoch": epoch, "train_loss": float(np.mean(losses)), "dev_conll_f1": dev["conll_f1"],
                       **({"dev_accuracy": dev["accuracy"]} if "accuracy" in dev else {})})
         if "alpha" in dev and m.log_alpha:
             alphas.append(dev["alpha"])
-        ctx.log_metrics({"dev/conll_f1": dev["conll_f1"], "train/loss": curve[-1]["train_loss"]}, epoch)
+        ctx.log_metrics({"dev/conll_f1": dev["conll_f1"], "train/epoch_loss": curve[-1]["train_loss"],
+                         "train/epoch": epoch}, epoch * per_epoch)  # optimizer steps: the per-step curves' axis
         if best is None or dev["conll_f1"] > best["conll_f1"]:
             best, best_state, best_epoch, bad = dev, copy.deepcopy(kept.state_dict()), epoch, 0
         else:
@@ -467,7 +478,7 @@ def run_qa(cfg: DictConfig, ctx: RunContext, models, layers) -> dict[str, float]
         return score_
     result = fit(probe, batches, n_batches, cfg.train, evaluate=scorer("dev"), objective="dev/f1",
                  higher_is_better=True, device=ctx.device, precision=cfg.hardware.precision,
-                 on_eval=lambda s, mt: ctx.log_metrics(mt, s), test=scorer("eval"))
+                 on_eval=lambda s, mt: ctx.log_metrics(mt, s), test=scorer("eval"), log_metrics=ctx.sink)
     if getattr(result.test, "per_example", None):
         ctx.per_example["eval"] = result.test.per_example
     ctx.extra.update(curve=[{"step": h["step"], "dev/f1": h["dev/f1"]} for h in result.history],

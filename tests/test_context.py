@@ -36,3 +36,26 @@ def test_store_takes_a_methods_own_dtype_and_root_and_names_a_bad_dtype(tmp_path
     assert other.dtype == torch.float32 and other.root == tmp_path / "bench"
     with pytest.raises(ValueError, match="'bf16' is not one of fp16, fp32"):
         ctx.store("bf16")
+
+
+class FakeRun:
+    def __init__(self):
+        self.logged = []
+
+    def log(self, metrics, step=None):
+        self.logged.append((step, metrics))
+
+
+def test_log_metrics_keeps_wandb_steps_increasing_across_training_phases(tmp_path):
+    """A method that trains twice in one run (PEMA's arms) restarts at step 1; wandb drops a step that goes back, so
+    the second phase continues after the first. Train and eval points of one step share it."""
+    ctx = RunContext(output_dir=tmp_path, device=torch.device("cpu"), device_name="cpu")
+    assert ctx.sink is None
+    ctx.log_metrics({"train/loss": 1.0}, 1)  # no logger: nothing to do, no error
+    ctx.wandb_run = FakeRun()
+    assert ctx.sink == ctx.log_metrics
+    for step in (1, 2, 3, 3, 1, 2, 2):
+        ctx.log_metrics({"x": step}, step)
+    assert [s for s, _ in ctx.wandb_run.logged] == [1, 2, 3, 3, 4, 5, 5]
+    ctx.log_metrics({"summary": 1})
+    assert ctx.wandb_run.logged[-1] == (None, {"summary": 1})

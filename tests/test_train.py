@@ -1,11 +1,12 @@
 """The fine-tuning loop on a tiny problem: it learns, stops early, restores the best weights, accumulates exactly."""
 from types import SimpleNamespace
 
+import pytest
 import torch
 from torch import nn
 
 from experiments.models import HeadOutput
-from experiments.train import fit, total_steps
+from experiments.train import TrainLog, fit, total_steps
 
 
 def cfg(**kw):
@@ -92,3 +93,41 @@ def test_grad_accumulation_equals_one_big_batch():
 def test_total_steps():
     assert total_steps(10, cfg(epochs=2.5, grad_accum=2)) == 13
     assert total_steps(10, cfg(max_steps=7)) == 7
+
+
+def test_fit_streams_training_loss_learning_rate_and_throughput():
+    """Every step of a short run is a point (about 100 a run): the loss of the step, the rate the schedule gave it
+    (warmup over 2 of 8 steps, then linear decay), examples/s; evaluations still reach on_eval."""
+    torch.manual_seed(0)
+    x, y = data()
+    model = Linear()
+    first = nn.functional.cross_entropy(model.lin(x[:8]), y[:8]).item()  # step 1's loss, before any update
+    fn, n = batches(x, y, 8)
+    points, evals = [], []
+    fit(model, fn, n, cfg(warmup_ratio=0.25), lambda m: accuracy(m, x, y), "eval/acc", True, torch.device("cpu"),
+        on_eval=lambda s, m: evals.append(s), log_metrics=lambda m, s: points.append((s, m)))
+    assert [s for s, _ in points] == list(range(1, 9)) and evals == [8]
+    factors = [1 / 3, 2 / 3, 1, 5 / 6, 4 / 6, 3 / 6, 2 / 6, 1 / 6]
+    assert [m["train/lr"] for _, m in points] == pytest.approx([0.05 * f for f in factors])
+    assert points[0][1]["train/loss"] == pytest.approx(first, rel=1e-5)
+    assert all(m["train/examples_per_s"] > 0 and "train/tokens_per_s" not in m for _, m in points)
+    assert points[-1][1]["train/epoch"] == 1.0
+    assert "train/lr_1" not in points[0][1]  # the bias group differs in weight decay only
+
+
+def test_train_log_averages_the_loss_between_points_and_counts_tokens():
+    points = []
+    curve = TrainLog(lambda m, s: points.append((s, m)), total_steps=1000)
+    assert curve.every == 10
+    for step in range(1, 21):
+        curve.batch({"input_ids": torch.ones(4, 5), "attention_mask": torch.tensor([[1] * 5] * 3 + [[1, 1, 0, 0, 0]])})
+        curve.step(step, float(step), [1e-3, 2e-3])
+    assert [s for s, _ in points] == [10, 20]
+    assert points[0][1]["train/loss"] == pytest.approx(5.5) and points[1][1]["train/loss"] == pytest.approx(15.5)
+    assert points[1][1]["train/lr_1"] == 2e-3
+    m = points[1][1]
+    assert m["train/tokens_per_s"] / m["train/examples_per_s"] == pytest.approx(17 / 4)  # 17 real tokens a batch of 4
+    silent = TrainLog(None, total_steps=10)
+    silent.batch({"input_ids": torch.ones(2, 3)})
+    silent.step(10, torch.tensor(1.0), [1e-3])
+    assert silent.examples == 0 and silent.loss is None  # without a logger nothing is even counted
