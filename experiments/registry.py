@@ -114,6 +114,14 @@ def register_configs() -> None:
         cs.store(group="schema/method", name=name, node=_load(m.schema))
     # hydra's run/sweep dirs name a job as the runner does (experiments/identity.py)
     OmegaConf.register_new_resolver("run_name", lambda base, overrides: run_name(base, overrides), replace=True)
+    # conf/hydra/launcher/slurm.yaml: a job asks for a GPU (and a GPU job's CPUs and memory) only if it runs on one
+    OmegaConf.register_new_resolver("on_cuda", on_cuda, replace=True)
+
+
+def on_cuda(device: str, if_cuda, otherwise):
+    """`${on_cuda:${hardware.device},a,b}`: a for a CUDA device (cuda, cuda:1), b for anything else (cpu; auto, which
+    takes a GPU only where one happens to be, asks for none)."""
+    return if_cuda if str(device).startswith("cuda") else otherwise
 
 
 register_configs()
