@@ -24,12 +24,13 @@ from eat.config import VARIANTS
 from eat.model import Distilled, EatModel, Settings
 from experiments import data as D
 from experiments import metrics as M
-from experiments.assets import cache_dir
+from experiments.assets import cache_dir, data_fingerprint
 from experiments.context import RunContext
 from experiments.evaluate import evaluate
 from experiments.finetune import encode_dev, record_samples
 from experiments.models import load_encoder, tokenizer_fingerprint
 from experiments.results import write_json
+from experiments.store import model_fingerprint
 from experiments.train import fit
 
 log = logging.getLogger(__name__)
@@ -94,7 +95,9 @@ def build(cfg: DictConfig) -> EatModel:
                     settings=settings_of(m), pooling=m.pooling or cfg.model.pooling)
 
 
-def checkpoint_path(cfg: DictConfig, ctx: RunContext) -> Path:
+def checkpoint_path(cfg: DictConfig, ctx: RunContext, model: EatModel, tok) -> Path:
+    """Keyed by everything that determines the training: the configs, the untrained encoder's weights and the
+    tokenizer (fingerprints, so a rebuilt asset is a new key) and the data asset's manifest."""
     m = cfg.method
     what = {"version": CHECKPOINT_VERSION, "model": OmegaConf.to_container(cfg.model, resolve=True),
             "task": OmegaConf.to_container(cfg.task, resolve=True),
@@ -102,7 +105,8 @@ def checkpoint_path(cfg: DictConfig, ctx: RunContext) -> Path:
             "train": {k: v for k, v in OmegaConf.to_container(cfg.train, resolve=True).items() if k != "progress"},
             "method": {k: OmegaConf.to_container(m, resolve=True)[k] for k in TRAINING_KEYS},
             "seed": cfg.seed, "batch_size": cfg.hardware.batch_size, "precision": cfg.hardware.precision,
-            "device": ctx.device.type}
+            "device": ctx.device.type, "weights": model_fingerprint(model.encoder),
+            "tokenizer": tokenizer_fingerprint(tok), "data": data_fingerprint(cfg.task, cfg.data)}
     key = hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:20]
     root = Path(m.checkpoint_dir) if m.checkpoint_dir else cache_dir() / "eat-checkpoints"
     return root / f"{m.variant}-{cfg.model.name}-{cfg.task.name}-{key}"
@@ -111,6 +115,7 @@ def checkpoint_path(cfg: DictConfig, ctx: RunContext) -> Path:
 def _save(path: Path, model: EatModel, info: dict) -> None:
     from safetensors.torch import save_file
     path.mkdir(parents=True, exist_ok=True)
+    (path / "train.json").unlink(missing_ok=True)  # a replaced checkpoint is incomplete until its new train.json
     tmp = path / "weights.safetensors.tmp"
     save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp))
     tmp.replace(path / "weights.safetensors")
@@ -135,8 +140,8 @@ def _load(path: Path, model: EatModel) -> dict | None:
 def train_arm(cfg: DictConfig, ctx: RunContext, data: Data) -> tuple[EatModel, dict]:
     """The arm's trained model (from the cache when its exact training exists) and its training summary."""
     model = build(cfg)
-    path = checkpoint_path(cfg, ctx)
-    info = _load(path, model)
+    path = checkpoint_path(cfg, ctx, model, data.tok)
+    info = None if cfg.force else _load(path, model)  # force=true retrains and replaces the checkpoint
     if info is not None:
         log.info("eat: reusing the %s checkpoint %s", cfg.method.variant, path)
         return model.to(ctx.device), {**info, "cached": True}

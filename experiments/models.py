@@ -16,7 +16,7 @@ from torch import nn
 from transformers import (AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer, PretrainedConfig,
                           PreTrainedTokenizerFast)
 
-from experiments.assets import require
+from experiments.assets import USED, hub_revision, require
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]"]
 
@@ -44,6 +44,7 @@ def weights_path(model: DictConfig) -> str:
     if model.source == "offline":
         return str(require("models", model.offline))
     if model.source == "hub":
+        USED[f"hub/{model.hf_id}"] = hub_revision(model.hf_id)  # no manifest: the cached revision names its files
         return model.hf_id
     raise ValueError(f"model.source={model.source!r} names no pretrained files; valid: offline, hub "
                      "(config builds random weights from model.from_config)")

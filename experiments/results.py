@@ -12,6 +12,8 @@ from datetime import datetime, timezone
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from experiments import assets
+
 log = logging.getLogger(__name__)
 # 2: provenance (overrides, asset manifests, tokenizer fingerprint, method version, clean-tree flag); 1: legacy
 SCHEMA_VERSION = 2
@@ -65,9 +67,18 @@ def read_json(path: Path) -> dict | None:
 
 
 def finished(path: Path, chash: str) -> dict | None:
-    """The record at `path` if it finished ok with this exact config hash."""
+    """The record at `path` if it finished ok with this exact config hash and every asset it read is unchanged in
+    the current cache (provenance.assets: manifest shas, which cover the tokenizer and weights files, and hub
+    revisions); a changed asset is logged and the run is redone. A schema-1 record names no assets: redone."""
     r = read_json(path)
-    return r if r and r.get("status") == "ok" and r.get("config_hash") == chash else None
+    if not (r and r.get("status") == "ok" and r.get("config_hash") == chash):
+        return None
+    recorded = r.get("provenance", {}).get("assets")
+    why = "the record (schema 1) names no assets to check" if recorded is None else assets.changed(recorded)
+    if why:
+        log.warning("redoing %s: %s", path, why)
+        return None
+    return r
 
 
 def _git(*args: str) -> str | None:

@@ -2,8 +2,8 @@
 
     python -m experiments.run method=<m> task=<t> model=<mdl> hardware=<cpu|gpu> [experiment=<paper>/<artifact>] [-m]
 
-Composes the config, skips a run whose identical finished result exists (same config hash), seeds, dispatches to the
-method through the lazy registry and writes one result.json (and, with publish=true on a clean tree,
+Composes the config, skips a run whose identical finished result exists (same config hash, same assets), seeds,
+dispatches to the method through the lazy registry and writes one result.json (and, with publish=true on a clean tree,
 results/<paper>/runs/<artifact>/<hardware>/<run_id>.json; experiments/identity.py). A failure is recorded as
 status=failed; with on_error=record the sweep goes on.
 """
@@ -98,6 +98,11 @@ def offline_hint(cfg: DictConfig, e: Exception) -> str:
     return ""
 
 
+def shown_metrics(metrics: dict) -> str:
+    """The eval metrics of a finished (or skipped) run, for its one log line."""
+    return "  ".join(f"{k}={v:.4g}" for k, v in metrics.items() if k.startswith("eval/")) or "-"
+
+
 # the settings a budget file or an experiment most often sets, shown at a run's start
 SETTINGS = ("train.lr", "train.epochs", "train.max_steps", "data.limit_train", "data.limit_eval", "task.dev_from_train",
             "hardware.batch_size")
@@ -130,7 +135,8 @@ def execute(cfg: DictConfig, output_dir: Path, overrides: list[str] | tuple[str,
     # clone's `make reproduce` must recompute them rather than re-render them
     done = None if cfg.force else finished(result_path, chash)
     if done:
-        log.info("skip %s: finished with the same config (hash %s); force=true reruns it", run_id, chash)
+        log.info("skip %s: finished with the same config (hash %s) and assets (force=true reruns it): %s\n"
+                 "  record: %s", run_id, chash, shown_metrics(done["metrics"]), result_path.resolve())
         if cfg.publish:
             if done["provenance"].get("git_dirty") and not cfg.allow_dirty and not done["provenance"].get("allow_dirty"):
                 raise ConfigError(f"publish=true would publish {result_path}, written from a tree with uncommitted "
@@ -187,9 +193,9 @@ def execute(cfg: DictConfig, output_dir: Path, overrides: list[str] | tuple[str,
     if cfg.publish and record["status"] == "ok":
         write_json(published, record)
     if record["status"] == "ok":
-        shown = "  ".join(f"{k}={v:.4g}" for k, v in record["metrics"].items() if k.startswith("eval/"))
-        log.info("done %s in %.1f s: %s\n  record: %s%s", run_id, record["provenance"]["wall_s"], shown or "-",
-                 result_path.resolve(), f"\n  published: {published}" if cfg.publish else "")
+        log.info("done %s in %.1f s: %s\n  record: %s%s", run_id, record["provenance"]["wall_s"],
+                 shown_metrics(record["metrics"]), result_path.resolve(),
+                 f"\n  published: {published}" if cfg.publish else "")
     if error is not None and cfg.on_error == "raise":
         raise error
     return record

@@ -29,6 +29,9 @@ from intrinsic_dim import extract as X
 from intrinsic_dim import prompts as P
 
 log = logging.getLogger("strata.intrinsic_dim")
+# bump when LoRA training changes (intrinsic_dim/sft.py): cached checkpoints are keyed by it; the base weights' and
+# the training token ids' fingerprints are in the key already
+CHECKPOINT_VERSION = 1
 CURVE_REPLICATES = 200  # of the AUC replicates, those whose whole TwoNN curve a record keeps (31 floats each)
 VARIANT = re.compile(r"^(icl|icl_unique)-(\d+)$|^sft$")
 
@@ -236,7 +239,8 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
     steps_per_epoch = -(-len(train_texts) // m.sft_batch_size)
     files = [ckpt_dir / f"epoch-{e}.safetensors" for e in range(1, m.sft_epochs + 1)]
     timing = {}
-    if all(f.is_file() for f in files):
+    # train.json is written last: without it the files may mix two trainings (a forced retrain cut short)
+    if not cfg.force and (ckpt_dir / "train.json").is_file() and all(f.is_file() for f in files):
         from safetensors.torch import load_file
         log.info("sft: reusing %d cached LoRA checkpoints from %s", len(files), ckpt_dir)
         for e, f in enumerate(files, 1):
@@ -247,6 +251,7 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
     else:
         from safetensors.torch import save_file
         ckpt_dir.mkdir(parents=True, exist_ok=True)
+        (ckpt_dir / "train.json").unlink(missing_ok=True)  # force=true: retrained, each file replaced atomically
 
         def on_epoch(epoch: int, step: int) -> None:
             state = S.lora_state(model)
@@ -307,13 +312,15 @@ def _timing(res: dict) -> dict[str, float]:
 
 
 def _checkpoint_dir(cfg: DictConfig, ctx: RunContext, base_key: str, train_texts: list[list[int]]) -> Path:
-    """Cache directory of one SFT run's LoRA checkpoints, keyed by everything that determines the training."""
+    """Cache directory of one SFT run's LoRA checkpoints, keyed by everything that determines the training: the base
+    weights' fingerprint, the training texts' token ids (tokenizer and data), the settings and the code version."""
     m = cfg.method
     h = hashlib.sha256(json.dumps({
         "base": base_key, "r": m.lora_r, "alpha": m.lora_alpha, "dropout": m.lora_dropout,
         "targets": list(m.lora_targets), "epochs": m.sft_epochs, "lr": m.sft_lr, "bs": m.sft_batch_size,
         "warmup": m.sft_warmup_ratio, "group": m.sft_group_by_length, "seed": cfg.seed, "loss": m.sft_loss,
         "device": ctx.device.type, "data": hashlib.sha256(json.dumps(train_texts).encode()).hexdigest(),
+        "version": CHECKPOINT_VERSION,
     }, sort_keys=True).encode()).hexdigest()[:20]
     root = Path(m.checkpoint_dir) if m.checkpoint_dir else Path(ctx.store_dir).parent / "lora-checkpoints"
     return root / h

@@ -24,7 +24,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from experiments import data as D
-from experiments.assets import cache_dir
+from experiments.assets import cache_dir, data_fingerprint
 from experiments.context import RunContext
 from experiments.config import ModelConfig, TaskConfig, load_group
 from experiments.models import byte_tokenizer, load_tokenizer, tokenizer_fingerprint, weights_path
@@ -94,21 +94,24 @@ COUNTS_VERSION = 1  # bump when the counting changes: cached counts are keyed by
 
 
 def split_counts(tok, rows: int, task: DictConfig, data: DictConfig, hub_name, split: str, truncation: bool,
-                 special_tokens: bool, tok_key: str, cache: Path | None) -> tuple[np.ndarray, int, bool]:
+                 special_tokens: bool, tok_key: str, cache: Path | None,
+                 force: bool = False) -> tuple[np.ndarray, int, bool]:
     """(id counts of one split, examples, whether they came from the cache). Cached per process and, when `cache` is
     set, on disk ($STRATA_CACHE/pema/counts): experiments that count the same split with the same tokenizer
-    (table2/3/4) tokenize it once."""
+    (table2/3/4) tokenize it once. Keyed by the tokenizer's fingerprint and the data asset's manifest, so a rebuilt
+    asset is counted again; `force` recounts."""
     import hashlib
     import json
     n = D.max_length(task, data)
     key = json.dumps([COUNTS_VERSION, tok_key, rows, task.name, task.source, task.offline, task.hf.path,
                       hub_name or task.hf.name, split, task.splits.get(split), n, truncation, special_tokens,
-                      data.source, data.limit_train, data.limit_eval, data.subset_seed], default=str)
+                      data.source, data.limit_train, data.limit_eval, data.subset_seed,
+                      data_fingerprint(task, data)], default=str)
     digest = hashlib.sha256(key.encode()).hexdigest()[:24]
-    if digest in _COUNTS:
+    if digest in _COUNTS and not force:
         return (*_COUNTS[digest], True)
     path = cache / f"{digest}.npz" if cache is not None else None
-    if path is not None and path.exists():
+    if path is not None and path.exists() and not force:  # force=true recounts and replaces the entry
         try:
             z = np.load(path)
             _COUNTS[digest] = (z["counts"], int(z["examples"]))
@@ -152,7 +155,7 @@ def vocab_run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
         for hub in (hub_names if task is cfg.task else [None]):
             for split in cfg.pema.splits:
                 c, n_ex, hit = split_counts(tok, sz.rows, task, cfg.data, hub, split, m.truncation, m.special_tokens,
-                                            tok_key, cache)
+                                            tok_key, cache, cfg.force)
                 counts += c
                 name = f"{task.name}{':' + hub if hub else ''}/{split}"
                 examples[name] = n_ex

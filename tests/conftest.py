@@ -63,3 +63,41 @@ def smoke_cfg(tmp_path, monkeypatch):
     def make(*overrides: str):
         return compose("debug=smoke", f"results_dir={tmp_path / 'results'}", *overrides)
     return make
+
+
+@pytest.fixture
+def tiny_assets(tmp_path, monkeypatch):
+    """A temporary STRATA_CACHE with assets as `make assets` leaves them (files + MANIFEST.json), rebuilt in place at
+    will: `model(seed)` writes models/tiny-offline (tiny-bert's architecture, weights from `seed`, the byte tokenizer)
+    and `data(n)` data/tiny-data (the rt-polarity fixture's first n train rows and its eval rows); each returns the
+    overrides that run on it."""
+    import json
+    from types import SimpleNamespace
+
+    from transformers import BertConfig, BertModel
+
+    from experiments.assets import write_manifest
+    from experiments.models import byte_tokenizer
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("STRATA_CACHE", str(cache))
+
+    def model(seed: int) -> tuple[str, ...]:
+        d, tok = cache / "models" / "tiny-offline", byte_tokenizer()
+        torch.manual_seed(seed)
+        cfg = BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=4, num_attention_heads=2,
+                         intermediate_size=64, pad_token_id=tok.pad_token_id)
+        BertModel(cfg, add_pooling_layer=False).save_pretrained(d)
+        tok.save_pretrained(d)
+        write_manifest(d)
+        return "model.source=offline", "model.offline=tiny-offline"
+
+    def data(n: int) -> tuple[str, ...]:
+        d = cache / "data" / "tiny-data"
+        d.mkdir(parents=True, exist_ok=True)
+        rows = [json.loads(line) for line in (REPO / "tests/fixtures/rt-polarity.jsonl").read_text().splitlines()]
+        for split, keep in (("train", n), ("eval", None)):
+            lines = [json.dumps(r) for r in rows if r["split"] == split][:keep]
+            (d / f"{split}.jsonl").write_text("\n".join(lines) + "\n")
+        write_manifest(d)
+        return "data.source=offline", "task.offline=tiny-data"
+    return SimpleNamespace(cache=cache, model=model, data=data)

@@ -13,9 +13,10 @@ from experiments.run import execute
 TINY = ("method.exit_layer=3", "method.patience_layer=2", "method.prune_after=[1,2]", "method.window=4")
 
 
-def run(smoke_cfg, tmp_path, *overrides, method="eat"):
+def run(smoke_cfg, tmp_path, *overrides, method="eat", out=None):
+    """One run; `out` gives it an output directory of its own, so a finished run is not skipped."""
     cfg = smoke_cfg(f"method={method}", f"method.checkpoint_dir={tmp_path / 'ckpt'}", *TINY, *overrides)
-    rec = execute(cfg, tmp_path / "out" / cfg.run_id)
+    rec = execute(cfg, tmp_path / "out" / (out or cfg.run_id))
     assert rec["status"] == "ok", rec.get("error")
     return rec
 
@@ -36,16 +37,33 @@ def test_every_arm_runs_and_reports_the_papers_columns(variant, smoke_cfg, tmp_p
 
 
 def test_trained_weights_are_cached_and_a_corrupt_cache_is_retrained(smoke_cfg, tmp_path):
-    first = run(smoke_cfg, tmp_path, "force=true")
-    again = run(smoke_cfg, tmp_path, "force=true")
+    first = run(smoke_cfg, tmp_path, out="first")
+    again = run(smoke_cfg, tmp_path, out="again")
     assert not first["extra"]["checkpoint_cached"] and again["extra"]["checkpoint_cached"]
     assert again["metrics"]["eval/accuracy"] == first["metrics"]["eval/accuracy"]
     assert again["per_example"] == first["per_example"]
     (weights,) = (tmp_path / "ckpt").glob("eat-*/weights.safetensors")
     weights.write_bytes(weights.read_bytes()[:100])  # truncated
-    healed = run(smoke_cfg, tmp_path, "force=true")
+    healed = run(smoke_cfg, tmp_path, out="healed")
     assert not healed["extra"]["checkpoint_cached"]
     assert healed["per_example"] == first["per_example"]  # retrained from the same seed: the same model
+
+
+def test_changed_weights_or_data_or_force_never_reuse_a_checkpoint(smoke_cfg, tiny_assets, tmp_path):
+    on = (*tiny_assets.model(seed=0), *tiny_assets.data(40))
+
+    def fresh(*overrides, out):
+        rec = run(smoke_cfg, tmp_path, *on, *overrides, out=out)
+        return rec["extra"]["checkpoint_cached"], rec["per_example"]
+    assert fresh(out="a")[0] is False and fresh(out="b")[0] is True
+    tiny_assets.model(seed=1)  # the model's weights rebuilt
+    assert fresh(out="c")[0] is False
+    tiny_assets.data(32)  # the data asset rebuilt
+    assert fresh(out="d")[0] is False
+    assert len(list((tmp_path / "ckpt").glob("eat-*"))) == 3
+    forced, preds = fresh("force=true", out="e")  # retrained and replaced in place
+    assert forced is False and len(list((tmp_path / "ckpt").glob("eat-*"))) == 3
+    assert fresh(out="f") == (True, preds)
 
 
 def test_a_different_training_gets_its_own_checkpoint(smoke_cfg, tmp_path):

@@ -1,5 +1,8 @@
 """method=intrinsic_dim end to end on tiny-llama + the rt-polarity fixture: records, store and checkpoint reuse,
 bad variants, the report."""
+import logging
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -156,6 +159,41 @@ def test_records_carry_what_the_claims_bootstrap(tmp_path):
         **doc["claims"][0]["compare"][0], "metric": "extra.curves.twonn", "reduce": "min"}}]}).claims[0]
     low = C.evaluate_comparison(layer, layer.comparisons[0], list(recs.values()))
     assert "bootstrap replicates" in low.n and low.ci[0] <= low.estimate <= low.ci[1]
+
+
+def test_lora_checkpoints_key_on_weights_data_and_code_version(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    import torch
+
+    from intrinsic_dim import run as R
+    cfg, ctx = _cfg(tmp_path, "method.variant=sft"), SimpleNamespace(device=torch.device("cpu"), store_dir=tmp_path)
+    key = R._checkpoint_dir(cfg, ctx, "weights-a", [[5, 6]])
+    assert R._checkpoint_dir(cfg, ctx, "weights-a", [[5, 6]]) == key
+    assert R._checkpoint_dir(cfg, ctx, "weights-b", [[5, 6]]) != key  # other base weights
+    assert R._checkpoint_dir(cfg, ctx, "weights-a", [[5, 7]]) != key  # other data or tokenizer: other token ids
+    monkeypatch.setattr(R, "CHECKPOINT_VERSION", R.CHECKPOINT_VERSION + 1)
+    assert R._checkpoint_dir(cfg, ctx, "weights-a", [[5, 6]]) != key  # other training code
+
+
+@pytest.mark.slow  # ~6 s: three tiny one-epoch SFT runs
+def test_force_retrains_lora_checkpoints_and_a_retrain_cut_short_is_never_reused(tmp_path, caplog):
+    sft = ("method.variant=sft", "method.sft_epochs=1")
+    with caplog.at_level(logging.INFO):
+        first = execute(_cfg(tmp_path, *sft), tmp_path / "run" / "a")
+        ckpt = Path(first["extra"]["checkpoint_dir"])
+        caplog.clear()
+        forced = execute(_cfg(tmp_path, *sft, "force=true"), tmp_path / "run" / "a")
+        assert "reusing" not in caplog.text and forced["extra"]["checkpoint_dir"] == str(ckpt)
+        assert forced["metrics"]["time/train_s"] != first["metrics"]["time/train_s"]  # timed afresh, not read back
+        (ckpt / "train.json").unlink()  # as a forced retrain killed after rewriting some epochs
+        caplog.clear()
+        healed = execute(_cfg(tmp_path, *sft), tmp_path / "run" / "b")
+        assert "reusing" not in caplog.text and (ckpt / "train.json").is_file()
+        caplog.clear()
+        execute(_cfg(tmp_path, *sft), tmp_path / "run" / "c")
+        assert "reusing 1 cached LoRA checkpoints" in caplog.text
+    assert healed["metrics"]["eval/accuracy"] == first["metrics"]["eval/accuracy"]
 
 
 def test_bad_sft_loss_fails_naming_the_key(tmp_path):

@@ -102,6 +102,22 @@ def test_vocab_run_known_answers_union_and_cache(smoke_cfg, tmp_path, monkeypatc
     assert bad["status"] == "failed" and "no conf/task/no-such-task.yaml" in bad["error"]
 
 
+def test_counts_are_keyed_by_the_data_asset_and_force_recounts(smoke_cfg, tiny_assets, tmp_path):
+    on = ("method=pema_vocab", *tiny_assets.data(40))
+
+    def vocab(*overrides, out):
+        rec = execute(smoke_cfg(*on, *overrides), tmp_path / out)
+        assert rec["status"] == "ok", rec.get("error")
+        assert "data/tiny-data" in rec["provenance"]["assets"]  # named even when every count came from the cache
+        return rec["extra"]["counts_from_cache"], rec["metrics"]["vocab/total"]
+    first, total = vocab(out="a")
+    assert first == [] and vocab(out="b") == (["rt-polarity/train", "rt-polarity/eval"], total)
+    tiny_assets.data(20)  # the data asset rebuilt with fewer train rows
+    cached, fewer = vocab(out="c")
+    assert cached == [] and fewer < total  # the whole asset is one manifest: its unchanged eval file is recounted too
+    assert vocab("force=true", out="d") == ([], fewer)
+
+
 @pytest.mark.slow
 def test_bench_run_records_memory_and_timing(smoke_cfg, tmp_path):
     rec = execute(smoke_cfg("method=pema_bench", "method.steps=2", "method.repeats=2", "method.prepare_repeats=1",
