@@ -1,6 +1,6 @@
 """Attention kernels for EAT: dense, the paper-code masked-dense window, and a banded window whose cost is linear in T.
 
-Spec: ../shared/papers/eat.md §1.3, §5. All take per-head tensors q, k, v of shape (B, H, T, dh); the softmax scale is
+Spec: eat/SPEC.md §1.3, §5. All take per-head tensors q, k, v of shape (B, H, T, dh); the softmax scale is
 1/sqrt(dh) (BERT). Rows may have been shortened by physical token pruning, so each row carries the ORIGINAL positions
 ``pos`` (B, T) of its surviving tokens: strictly increasing over the valid slots, slot 0 = [CLS] (position 0), padding
 at the end (``valid`` False). Outputs of padded query rows are finite but meaningless.

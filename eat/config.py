@@ -1,5 +1,5 @@
 """Configs of the Efficient Adaptive Transformer (torch-free: the registry imports this to validate `method=eat*`).
-Tags as in the spec (../shared/papers/eat.md): [P] paper, [R] official code, [S] the spec's suggestion, ours."""
+Tags as in eat/SPEC.md: [P] paper, [R] official code, [S] the spec's suggestion, ours."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field

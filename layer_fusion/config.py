@@ -1,5 +1,5 @@
 """Configs of depth-wise layer fusion (torch-free: the registry imports this to validate `method=layer_fusion*`).
-Tags: [D] the DWAtt paper / its spec (../shared/papers/layer_fusion_dwatt.md), [P] the P-32 paper / its spec
+Tags: [D] the DWAtt paper / its spec (layer_fusion/SPEC_DWATT.md), [P] the P-32 paper / its spec
 (layer_fusion_p32.md), ours where neither says."""
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Depth-wise fusion of a backbone's block outputs: what a task head reads in place of the last block's output.
 
-One module for both papers (../shared/papers/layer_fusion_p32.md §6). It reads the block outputs z_1..z_L stacked on
+One module for both papers (layer_fusion/SPEC_P32.md §6). It reads the block outputs z_1..z_L stacked on
 the second-to-last axis, `(..., L, d)` (HF `hidden_states[1:]`: the embedding output is excluded, as both papers'
 parameter counts imply), and returns `(..., d)`. It works on any leading shape, so token heads (B, T, L, d) and
 pooled heads (B, L, d) use the same code; every mode is position-wise, so fusing only the positions a head reads gives

@@ -3,7 +3,7 @@
 Williams & Aletras, "Vocabulary-level Memory Efficiency for Language Model Fine-tuning", RepL4NLP 2025
 (arXiv 2309.08708; v1: "Frustratingly Simple Memory Efficiency for Pre-trained Language Models via Dynamic Embedding
 Pruning"). Official code: https://github.com/mlsw/partial-embedding-matrix-adaptation (MIT; re-implemented here from
-the spec ../shared/papers/pema.md, not copied).
+the paper, not copied). Spec: pema/SPEC.md.
 
 Fine-tuning touches only the embedding rows of the tokens that occur in the fine-tuning data. PEMA finds that
 sub-vocabulary V' before training, trains with the |V'| x d sub-matrix E' in place of E, and merges E' back into the

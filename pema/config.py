@@ -1,7 +1,7 @@
 """Schemas of PEMA's analysis methods (torch-free: the registry imports this while composing configs).
 
 Tags: [P] the paper (section/table), [R] the official code (not in the paper), [S] the spec
-(../shared/papers/pema.md) where it resolves an ambiguity, ours = a choice of this suite.
+(pema/SPEC.md) where it resolves an ambiguity, ours = a choice of this suite.
 The `pema:` option every fine-tuning method composes with is `pema.options.PemaConfig`.
 """
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """`pema.enabled=true`, the option any fine-tuning method composes with. Imports nothing from the suite, so the root
 config schema (experiments/config.py) can hold it without an import cycle.
-Tags: [P] the paper, [R] the official code, [S] the spec (../shared/papers/pema.md), ours = a choice of this suite."""
+Tags: [P] the paper, [R] the official code, [S] the spec (pema/SPEC.md), ours = a choice of this suite."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -1,5 +1,5 @@
 """The cached reduced model: layers k+1..N of a pretrained encoder (and the task head), fed with h^k read from the
-cache instead of running the embeddings and layers 1..k (papers/recycling.md §1).
+cache instead of running the embeddings and layers 1..k (recycling/SPEC.md §1).
 
 h^k is HF's `hidden_states[k]`, the output of block k (not its input: spec §6.1). Plain torch; no Hydra, no I/O."""
 from __future__ import annotations

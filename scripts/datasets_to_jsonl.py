@@ -2,7 +2,7 @@
 unlabelled long documents (wiki-long) -> `docs.jsonl`.
 
 Splits are deterministic: a row goes to eval by a sha1 of its text (so duplicates always share a split), or, for
-SQuAD, by article. Each builder checks the counts ASSETS.md measured, so a parsing change cannot pass silently.
+SQuAD, by article. Each builder checks the counts in docs/ASSETS.md, so a parsing change cannot pass silently.
 """
 from __future__ import annotations
 

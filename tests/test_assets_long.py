@@ -158,7 +158,7 @@ def test_movie_reviews_asset_counts_schema_and_split():
     assert all(J.bucket(r["text"], 5) == 0 for r in eval_) and all(J.bucket(r["text"], 5) != 0 for r in train)
     assert not any(J.CONTROL.search(r["text"]) or "\ufeff" in r["text"] for r in train + eval_)
     words = sorted(len(r["text"].split()) for r in train + eval_)
-    assert (words[750], words[-1]) == (697, 2678)  # ASSETS.md: median 697, max 2,678
+    assert (words[750], words[-1]) == (697, 2678)  # docs/ASSETS.md: median 697, max 2,678
     fixture = D.read_jsonl(Path(__file__).parent / "fixtures" / "movie-reviews.jsonl")
     assert all(set(r) - {"split"} == set(train[0]) for r in fixture)
 

@@ -53,7 +53,7 @@ def responses(docs: list[dict]) -> dict[str, list[list]]:
         used = {m for c in gold for m in c}
         free = [(i, i) for i in range(n) if (i, i) not in used]
         out["identical"].append(gold)
-        two = [i for i, c in enumerate(gold) if len(c) == 2][-2:]  # ASSETS.md: two (2-mention) clusters removed
+        two = [i for i, c in enumerate(gold) if len(c) == 2][-2:]  # docs/ASSETS.md: two (2-mention) clusters removed
         out["two_removed"].append([c for i, c in enumerate(gold) if i not in two])
         out["merged"].append([gold[0] + gold[1]] + gold[2:])
         out["split"].append([half for c in gold for half in ((c[:len(c) // 2], c[len(c) // 2:]) if len(c) > 2
@@ -92,7 +92,7 @@ def test_scores_equal_the_reference_scorer(fixtures, tmp_path, corpus):
 
 
 def test_two_clusters_removed_from_nt_6401_gives_the_documented_f1(fixtures, tmp_path):
-    """ASSETS.md: nt_6401 against a copy with two clusters removed scores MUC 98.63, B³ 97.70, CEAF-e 92.85."""
+    """docs/ASSETS.md: nt_6401 against a copy with two clusters removed scores MUC 98.63, B³ 97.70, CEAF-e 92.85."""
     doc, = read_conll(fixtures / "nt_6401.gold_conll")
     assert (len(doc["clusters"]), sum(len(c) for c in doc["clusters"])) == (15, 89)
     # removing any two 2-mention clusters gives these numbers: MUC R = (74 - 2) / 74, P = 1, F1 = 144/146

@@ -159,7 +159,7 @@ def test_gemma3_loads_with_its_published_shape(gemma):
     c = lm.config
     assert (c.num_hidden_layers, c.hidden_size, c.vocab_size) == (cfg.num_layers, cfg.hidden_size, 262144) == \
         (18, 640, 262144)
-    assert sum(p.numel() for p in lm.parameters()) == 268_098_176  # ASSETS.md; the tied lm_head counted once
+    assert sum(p.numel() for p in lm.parameters()) == 268_098_176  # docs/ASSETS.md; the tied lm_head counted once
     assert lm.lm_head.weight is lm.model.embed_tokens.weight
     ids = tok("Review: a gorgeous film.\nSentiment:", return_tensors="pt")["input_ids"]
     with torch.no_grad():
