@@ -705,7 +705,10 @@ def _stat(comp: Comparison, va, vb):
     if comp.statistic == "value":
         out = va
     elif comp.statistic == "ratio":
-        out = np.divide(va, vb)
+        with np.errstate(divide="ignore", invalid="ignore"):  # over a zero b: undefined, nan (shown as n/a), quietly
+            out = np.divide(va, vb)
+        if np.ndim(out) == 0 and not np.isfinite(out):
+            return math.nan  # not inf: inf - inf in the sd and the bootstrap would warn without naming the claim
     else:
         out = np.subtract(va, vb)
     if isinstance(out, np.ndarray):
@@ -1008,9 +1011,10 @@ def _correlation(claim: Claim, comp: Comparison, runs: list[dict]) -> Outcome:
         return out
     out.estimate = float(np.corrcoef(x, y)[0, 1])
     rng = np.random.default_rng(BOOT_SEED)
-    reps = np.array([np.corrcoef(x[i], y[i])[0, 1]
-                     for i in rng.integers(0, len(x), size=(N_BOOT, len(x)))])
-    reps = reps[np.isfinite(reps)]  # a resample that repeats one x (or one y) has no correlation
+    with np.errstate(divide="ignore", invalid="ignore"):  # a resample that repeats one x (or y) has no correlation:
+        reps = np.array([np.corrcoef(x[i], y[i])[0, 1]  # nan, dropped next (and counted) instead of a bare warning
+                         for i in rng.integers(0, len(x), size=(N_BOOT, len(x)))])
+    reps = reps[np.isfinite(reps)]
     if len(reps) < N_BOOT // 2:
         out.reason = f"only {len(reps)} of {N_BOOT} resamples have spread: too few distinct points"
         return out

@@ -180,27 +180,36 @@ def _clean(out: Path) -> None:
                 p.unlink()
 
 
-def report(paper: str, results_dir: Path) -> list[str]:
-    """Build one paper's tables, figures and README; returns the table files written (tables/<name>.md)."""
+def report(paper: str, results_dir: Path, rebuild: str | None = None) -> list[str]:
+    """Build one paper's tables, figures and README; returns the table files written (tables/<name>.md). `rebuild`:
+    the command of a --runs report (a user's own runs), which gives every experiment a generic table and shows every
+    swept lr, where the report of results/ shows the lr chosen on dev."""
     runs = [r for r in load_runs(results_dir, paper) if r.get("status") == "ok"]
     out = Path(results_dir) / paper
     _clean(out)
     pv = paper_values(paper)
     legacy = sum(1 for r in runs if legacy_reason(r))
     lines = [f"# {paper}: results", "", GENERATED, "",
-             f"Built by `python -m experiments.report {paper}` from {len(runs)} run records under `runs/`"
-             + (f" ({legacy} of them legacy: see the note under each table)." if legacy else "."), ""]
+             f"Built by `{rebuild or f'python -m experiments.report {paper}'}` from {len(runs)} run records under "
+             "`runs/`" + (f" ({legacy} of them legacy: see the note under each table)." if legacy else "."), ""]
     pkg = _package_report(paper)
     if pkg is not None:
         lines += [f"## The paper's tables ({paper}/report.py)", "", *pkg.build(runs, out)]
     exp_ids = sorted({r["exp_id"] for r in runs}, key=natural)
-    generic = generic_experiments(paper, exp_ids)
+    generic = exp_ids if rebuild else generic_experiments(paper, exp_ids)
     if generic:
         lines += ["## Per-experiment tables", "", "Every metric of each experiment, one row per group of runs that "
                   "share their whole config but the seed.", ""]
     for exp_id in generic:
-        # an lr sweep with dev scores is shown at each group's dev-chosen lr (experiments/selection.py)
-        rs, lr_note = selection.for_table([r for r in runs if r["exp_id"] == exp_id], _group_name)
+        # an lr sweep with dev scores is shown at each group's dev-chosen lr (experiments/selection.py); a user's own
+        # sweep shows every lr it tried, with the dev choice as a note
+        rs = [r for r in runs if r["exp_id"] == exp_id]
+        chosen, lr_note = selection.for_table(rs, _group_name)
+        if not rebuild:
+            rs = chosen
+        elif lr_note:
+            lr_note = [f"Every swept lr has its own rows here (a --runs report selects nothing); the report of "
+                       f"results/ would keep only the {lr_note[0]}"]
         table = generic_table(rs, exp_id, pv)
         table.notes += lr_note
         fig = generic_figure(table, rs, out)
@@ -218,8 +227,8 @@ def papers_with_runs(results_dir: Path) -> list[str]:
 
 
 def papers_section(results_dir: Path, built: dict[str, list[str]]) -> list[str]:
-    lines = ["## Papers", "", "Each paper's README shows ours (mean ± sd over seeds) beside the paper's number and Δ; "
-             "offline stand-ins are labelled, legacy records are marked.", ""]
+    lines = ["## Papers", "", "Each paper's README shows ours (mean ± sd over seeds) beside the paper's number and "
+             "Δ; offline stand-ins are labelled, legacy records are marked.", ""]
     for paper, tables in sorted(built.items()):
         lines.append(f"- [{paper}]({paper}/README.md): " + ", ".join(
             f"[{t[:-3]}]({paper}/tables/{t})" for t in tables))
@@ -252,8 +261,9 @@ def index_sections(results_dir: Path, built: dict[str, list[str]]) -> list[list[
     return [claims_sections(results_dir), papers_section(results_dir, built), benchmarks_section(results_dir)]
 
 
-def write_index(results_dir: Path, built: dict[str, list[str]]) -> Path:
-    lines = ["# strata: results", "", GENERATED, "", "Rebuild with `python -m experiments.report`.", ""]
+def write_index(results_dir: Path, built: dict[str, list[str]], rebuild: str = "python -m experiments.report",
+                read: list[str] = ()) -> Path:
+    lines = ["# strata: results", "", GENERATED, "", f"Rebuild with `{rebuild}`.", "", *read]
     for section in index_sections(results_dir, built):
         if section:
             lines += [*section, ""]
@@ -262,16 +272,32 @@ def write_index(results_dir: Path, built: dict[str, list[str]]) -> Path:
     return path
 
 
-def report_runs(runs_dir: Path, out: Path) -> Path:
+def read_folders(paths: list[Path]) -> list[str]:
+    """Which folders a --runs report read, one line each with its count of records: `<sweep>/<hardware>` for the
+    `<sweep>/<hardware>/<run_id>/result.json` of a sweep (or of outputs/runs/<exp_id>)."""
+    counts: dict[Path, int] = {}
+    for p in paths:
+        counts[p.parent.parent] = counts.get(p.parent.parent, 0) + 1
+    return [f"- `{d}`: {n} record{'s' * (n != 1)}" for d, n in sorted(counts.items(), key=lambda x: natural(str(x[0])))]
+
+
+def report_runs(runs_dir: Path, out: Path, rebuild: str | None = None) -> Path:
     """A user's own records (outputs/runs, outputs/sweeps: no publish needed) laid out as results/ under `out`,
-    then every paper's tables and an index, exactly as for the committed records."""
-    records = [r for p in sorted(Path(runs_dir).rglob("result.json")) if (r := read_json(p))]
-    if not records:
+    then every paper's tables and an index, as for the committed records but with every swept value shown; says
+    which folders it read (every record under runs_dir, whichever sweep wrote it)."""
+    rebuild = rebuild or f"python -m experiments.report --runs {runs_dir} --out {out}"
+    found = [(p, r) for p in sorted(Path(runs_dir).rglob("result.json")) if (r := read_json(p))]
+    if not found:
         raise SystemExit(f"no result.json under {runs_dir}")
-    for r in records:
+    read = [f"Built from {len(found)} run records (result.json) under `{runs_dir}`, not from results/: every record "
+            "there, whichever sweep wrote it; the per-experiment tables show every value a sweep tried (no lr is "
+            "selected on dev there). Folders read:", "",
+            *read_folders([p for p, _ in found]), ""]
+    print("\n".join(line.replace("`", "") for line in read[:1] + read[2:-1]))
+    for _, r in found:
         write_json(published_path(out, r["paper"], r["exp_id"], r["provenance"]["hardware"], r["run_id"]), r)
-    built = {p: report(p, out) for p in sorted({r["paper"] for r in records})}
-    return write_index(out, built)
+    built = {p: report(p, out, rebuild) for p in sorted({r["paper"] for _, r in found})}
+    return write_index(out, built, rebuild, read)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -283,12 +309,21 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path, help="with --runs: where the tables go (default <runs>/report)")
     args = ap.parse_args(argv)
     if args.runs is not None:
-        print(f"report: {report_runs(args.runs, args.out or args.runs / 'report')}")
+        rebuild = f"python -m experiments.report --runs {args.runs}" + (f" --out {args.out}" if args.out else "")
+        print(f"report: {report_runs(args.runs, args.out or args.runs / 'report', rebuild)}")
         return
     results_dir = Path(args.results_dir)
-    papers = args.papers or papers_with_runs(results_dir)
+    have = papers_with_runs(results_dir)
+    if not have:
+        raise SystemExit(f"report: no runs found under {results_dir} (no {results_dir}/<paper>/runs/**/*.json); "
+                         "for your own runs: python -m experiments.report --runs outputs")
+    unknown = [p for p in args.papers if p not in have]
+    if unknown:
+        raise SystemExit(f"report: no paper {', '.join(unknown)} with runs under {results_dir}; valid: "
+                         + ", ".join(have))
+    papers = args.papers or have
     built = {p: report(p, results_dir) for p in papers}
-    for p in papers_with_runs(results_dir):  # the index lists every paper, also those not rebuilt now
+    for p in have:  # the index lists every paper, also those not rebuilt now
         built.setdefault(p, sorted(x.name for x in (results_dir / p / "tables").glob("*.md")))
     print(f"report: {write_index(results_dir, built)}")
 

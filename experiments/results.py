@@ -62,7 +62,9 @@ def read_json(path: Path) -> dict | None:
     except FileNotFoundError:
         return None
     except (ValueError, OSError) as e:
-        log.warning("ignoring unreadable result %s (%s); the run will be redone", path, e)
+        # true for every reader: the runner (finished) recomputes the run, a report or sweep summary leaves it out
+        log.warning("ignoring unreadable record %s (%s): it counts as missing (a run of its config computes it "
+                    "again; a report leaves it out)", path, e)
         return None
 
 

@@ -4,6 +4,8 @@ import json
 import re
 from types import SimpleNamespace
 
+import pytest
+
 from experiments import report
 from experiments.metrics import declared, higher_is_better
 from experiments.paper_values import PaperValues, parse
@@ -197,3 +199,60 @@ def test_a_users_own_runs_render_without_publishing(smoke_cfg, tmp_path):
     table = (tmp_path / "mine" / "finetune" / "tables" / "smoke.md").read_text()
     assert index.exists() and "(n=2)" in table and "eval/accuracy" in table
     assert not (tmp_path / "results").exists()  # nothing published
+
+
+def test_a_misspelt_paper_fails_in_one_line_naming_the_valid_ones_before_any_work(tmp_path, monkeypatch):
+    write_json(tmp_path / "demo" / "runs" / "x" / "cpu" / "r.json", _run(0, 0.7))
+    monkeypatch.setattr(report, "report", lambda *a: pytest.fail("no work may start"))
+    with pytest.raises(SystemExit) as e:
+        report.main(["nonexistent_paper", "--results-dir", str(tmp_path)])
+    assert str(e.value) == f"report: no paper nonexistent_paper with runs under {tmp_path}; valid: demo"
+
+
+def test_an_empty_results_dir_says_no_runs_found(tmp_path):
+    for args in ([], ["demo"]):
+        with pytest.raises(SystemExit, match=f"no runs found under {tmp_path} "):
+            report.main([*args, "--results-dir", str(tmp_path)])
+    assert not (tmp_path / "REPORT.md").exists()
+
+
+def test_a_runs_report_names_its_folders_shows_every_swept_lr_and_its_own_rebuild(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(report, "generic_figure", lambda table, runs, out: None)  # matplotlib: test_tables draws
+    for sweep, lr, seed, dev in (("adhoc", 1e-4, 0, 0.70), ("adhoc", 1e-4, 1, 0.72), ("adhoc", 3e-4, 0, 0.80),
+                                 ("older", 3e-4, 1, 0.78)):
+        r = _run(seed, dev - 0.1, exp="adhoc", metrics={"eval/accuracy": dev - 0.1, "dev/accuracy": dev})
+        r["run_id"] += f"--train.lr={lr}"
+        r["config"]["train"]["lr"] = lr
+        write_json(tmp_path / "sweeps" / sweep / "cpu" / r["run_id"] / "result.json", r)
+    report.main(["--runs", str(tmp_path / "sweeps"), "--out", str(tmp_path / "mine")])
+    printed = capsys.readouterr().out
+    assert f"Built from 4 run records (result.json) under {tmp_path / 'sweeps'}" in printed
+    sweeps = tmp_path / "sweeps"
+    assert f"- {sweeps / 'adhoc' / 'cpu'}: 3 records\n- {sweeps / 'older' / 'cpu'}: 1 record" in printed
+    index = (tmp_path / "mine" / "REPORT.md").read_text()
+    assert f"Rebuild with `python -m experiments.report --runs {sweeps} --out {tmp_path / 'mine'}`" in index
+    assert f"- `{tmp_path / 'sweeps' / 'older' / 'cpu'}`: 1 record" in index
+    table = (tmp_path / "mine" / "demo" / "tables" / "adhoc.md").read_text()
+    rows = [line for line in table.splitlines() if "eval/accuracy" in line]
+    assert [row.split(" | ")[3] for row in rows] == ["0.0001", "0.0003"]  # both arms, lr a column of its own
+    assert "Every swept lr has its own rows here" in table and "lr 3e-04 (dev/accuracy 0.79; 1e-04: 0.71)" in table
+
+
+def test_claims_over_the_committed_records_print_no_bare_numpy_warnings():
+    """A ratio over a zero arm and a bootstrap resample without spread are undefined: n/a in the table, quietly."""
+    import warnings
+
+    from experiments.claims import claims_section
+    from experiments.results import load_runs
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        for paper in ("eat", "layer_fusion"):
+            assert claims_section(paper, load_runs(REPO / "results", paper), REPO / "results", link_root=REPO)
+
+
+def test_an_unreadable_record_is_said_to_be_left_out_not_redone(tmp_path, caplog):
+    write_json(tmp_path / "demo" / "runs" / "x" / "cpu" / "ok.json", _run(0, 0.7))
+    (tmp_path / "demo" / "runs" / "x" / "cpu" / "torn.json").write_text("{")
+    assert [r["run_id"] for r in report.load_runs(tmp_path, "demo")] == [_run(0, 0.7)["run_id"]]
+    (message,) = [r.getMessage() for r in caplog.records if "torn.json" in r.getMessage()]
+    assert "a report leaves it out" in message and "counts as missing" in message
