@@ -4,7 +4,10 @@ cannot say (ranges, keys added with `+`)."""
 from __future__ import annotations
 
 import dataclasses
+import os
+import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Optional
 
 from omegaconf import MISSING, DictConfig, OmegaConf
@@ -57,7 +60,7 @@ class TaskConfig:
 @dataclass
 class HardwareConfig:
     name: str = MISSING
-    device: str = "cpu"  # cpu | cuda | auto
+    device: str = "cpu"  # cpu | cuda | cuda:N | mps | auto (cuda when present, else cpu)
     precision: str = "fp32"  # fp32 | bf16 | fp16 (autocast)
     threads: Optional[int] = None  # torch intra-op threads; null: $OMP_NUM_THREADS if set, else the cores this process may use
     batch_size: int = 16
@@ -81,13 +84,13 @@ class FinetuneConfig(MethodConfig):
 
 @dataclass
 class TrainConfig:
-    lr: float = 5e-5
-    weight_decay: float = 0.01  # not applied to biases and LayerNorm weights
+    lr: float = 5e-5  # > 0: a method that trains nothing ignores it
+    weight_decay: float = 0.01  # ≥ 0; not applied to biases and LayerNorm weights
     epochs: float = 3.0
     max_steps: int = -1  # > 0 overrides epochs
     warmup_ratio: float = 0.1  # linear warmup, then linear decay to 0
     grad_accum: int = 1
-    max_grad_norm: float = 1.0
+    max_grad_norm: float = 1.0  # clip the gradient's global norm to this; 0 = no clipping (a negative one is refused)
     eval_every: int = 0  # optimizer steps between evaluations; 0 = once per epoch
     group_by_length: bool = True  # batches of similar length: less padding, same examples per epoch
     patience: int = 3  # evaluations without improvement before early stopping; 0 = never stop early
@@ -133,7 +136,7 @@ class Config:
     paper: Optional[str] = None  # results/<paper>/; default: the method's package
     publish: bool = False  # also write results/<paper>/runs/<artifact>/<hardware>/<run_id>.json (clean tree only)
     allow_dirty: bool = False  # publish from a tree with uncommitted changes (the record says so)
-    on_error: str = "raise"  # raise | record (write status=failed and let the sweep go on)
+    on_error: str = "raise"  # raise | record (write status=failed and let the sweep go on); checked before anything
     force: bool = False  # rerun even if an identical finished result exists
     results_dir: str = "results"
     # the readable base of a run's name; the runner appends every other override (experiments/identity.py)
@@ -144,6 +147,7 @@ class Config:
 
 class ConfigError(ValueError):
     """A config that cannot run as asked: names the key, the value and the fix; raised before any work."""
+    logged = False  # the runner sets it once it has logged the one line (it then prints no traceback)
 
 
 def _at_least(lo, optional=False):
@@ -152,8 +156,22 @@ def _at_least(lo, optional=False):
     return ok, f"{'null or ' if optional else ''}a number ≥ {lo}"
 
 
+def _above(lo, why=""):
+    def ok(v):
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and v > lo
+    return ok, f"a number > {lo}{why}"
+
+
 def _one_of(*values):
     return (lambda v: v in values), "one of " + ", ".join(map(str, values))
+
+
+ON_ERROR = ("raise", "record")
+DEVICES = "cpu, cuda, cuda:N (N a GPU index), mps or auto (cuda when present, else cpu)"
+
+
+def _device(v) -> bool:
+    return isinstance(v, str) and (v in ("cpu", "cuda", "mps", "auto") or re.fullmatch(r"cuda:\d+", v) is not None)
 
 
 # key -> (predicate, the valid range in words); checked on every composed config by `validate`
@@ -168,14 +186,18 @@ RANGES = {
     "hardware.threads": _at_least(1, optional=True),
     "hardware.num_workers": _at_least(0),
     "hardware.precision": _one_of("fp32", "bf16", "fp16"),
+    "hardware.device": (_device, DEVICES),
     "task.dev_from_train": ((lambda v: v is None or 0 < v < 1), "null or a fraction in (0, 1)"),
     "train.grad_accum": _at_least(1),
-    "train.lr": _at_least(0),
+    "train.lr": _above(0, " (at lr 0 nothing trains; a method that trains nothing ignores train.lr)"),
+    "train.weight_decay": _at_least(0),
+    # a negative norm makes clip_grad_norm_ flip the gradient: training climbs the loss and still reports ok
+    "train.max_grad_norm": (_at_least(0)[0], "a number ≥ 0 (0: no clipping)"),
     "train.warmup_ratio": ((lambda v: 0 <= v <= 1), "a number in [0, 1]"),
     "train.patience": _at_least(0),
     "train.eval_every": _at_least(0),
     "store.dtype": _one_of("fp16", "fp32"),
-    "on_error": _one_of("raise", "record"),
+    "on_error": _one_of(*ON_ERROR),
 }
 
 
@@ -212,11 +234,104 @@ def validate(cfg) -> None:
 
 def load_group(group: str, name: str, schema, key: str) -> DictConfig:
     """conf/<group>/<name>.yaml as a typed node, for a config key that names another config (`key`, in the error)."""
-    from pathlib import Path
-    path = Path(__file__).resolve().parent.parent / "conf" / group / f"{name}.yaml"
+    path = CONF / group / f"{name}.yaml"
     if not path.exists():
         valid = sorted(p.stem for p in path.parent.glob("*.yaml"))
         raise ConfigError(f"{key}={name!r} names no conf/{group}/{name}.yaml; valid: {', '.join(valid)}")
     node = OmegaConf.load(path)
     node.pop("defaults", None)
     return OmegaConf.merge(OmegaConf.structured(schema), node)
+
+
+CONF = Path(__file__).resolve().parent.parent / "conf"
+_TRUE = {"1", "ON", "YES", "TRUE"}  # what huggingface_hub and datasets read as set
+
+
+def hub_offline(kind: str = "model") -> bool:
+    """Whether runs may not reach the Hugging Face hub for a model (HF_HUB_OFFLINE) or a dataset (either switch: the
+    datasets library obeys both); experiments.run sets both unless the user did."""
+    names = ("HF_HUB_OFFLINE",) if kind == "model" else ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+    return any(os.environ.get(n, "").upper() in _TRUE for n in names)
+
+
+def in_hf_cache(kind: str, repo_id: str, config: str | None = None) -> bool:
+    """Whether the local Hugging Face cache holds a hub model (its config.json) or a dataset (a prepared copy in the
+    datasets cache, or its files in the hub cache): what an offline run can load. Paths are read from the
+    environment at call time."""
+    from huggingface_hub import constants, try_to_load_from_cache
+    if kind == "model":
+        return isinstance(try_to_load_from_cache(repo_id, "config.json", cache_dir=constants.HF_HUB_CACHE), str)
+    import datasets
+    prepared = Path(datasets.config.HF_DATASETS_CACHE) / repo_id.replace("/", "___")
+    files = Path(constants.HF_HUB_CACHE) / f"datasets--{repo_id.replace('/', '--')}"
+    return (prepared / (config or "")).is_dir() or files.is_dir()
+
+
+def offline_refusal(key: str, name: str, repo: str, kind: str, config: str | None = None) -> str | None:
+    """The refusal for `key=name`, which loads `repo` from the hub, while runs are offline and the local cache has no
+    copy (the load would fail after a long traceback ending in "check your internet connection"); else None."""
+    if not hub_offline(kind) or in_hf_cache(kind, repo, config):
+        return None
+    return (f"set HF_HUB_OFFLINE=0 HF_DATASETS_OFFLINE=0 to download it: {key}={name} loads {repo} from the Hugging "
+            "Face hub, runs are offline by default and the local HF cache has no copy (or pick an offline one: "
+            "python -m experiments.config --list)")
+
+
+def unknown_experiment(args: list[str]) -> str | None:
+    """The refusal for a command line whose `experiment=` names no conf/experiment file, listing the experiments of
+    that paper (or the papers); None when every named experiment exists. Hydra's own error lists neither."""
+    root = CONF / "experiment"
+    for arg in args:
+        key, sep, value = arg.lstrip("+~").partition("=")
+        if key != "experiment" or not sep:
+            continue
+        for name in value.split(","):  # a sweep lists several; glob(...) and the like are Hydra's to expand
+            name = name.strip()
+            if not name or name == "null" or any(c in name for c in "()[]{}$*"):
+                continue
+            if (root / f"{name}.yaml").is_file():
+                continue
+            paper = name.split("/")[0] if "/" in name else ""
+            papers = sorted(p.name for p in root.iterdir() if p.is_dir())
+            if paper in papers:
+                names = sorted(str(p.relative_to(root).with_suffix("")) for p in (root / paper).rglob("*.yaml"))
+                return (f"experiment={name} names no conf/experiment/{name}.yaml; the experiments of {paper}: "
+                        f"{', '.join(names)}")
+            return (f"experiment={name} names no paper under conf/experiment: use experiment=<paper>/<name> with "
+                    f"one of the papers {', '.join(papers)} (`make list` lists every experiment)")
+    return None
+
+
+def listing() -> str:
+    """Every model and task config with where it loads from: offline (a packaged asset, `make assets`), random (built
+    from its config, no files) or hub (needs HF_HUB_OFFLINE=0 HF_DATASETS_OFFLINE=0 unless in the local HF cache)."""
+    lines = []
+    for group, what in (("model", "model=<name>"), ("task", "task=<name>")):
+        lines.append(f"{group}s ({what}; conf/{group}/):")
+        for path in sorted((CONF / group).glob("*.yaml")):
+            node = OmegaConf.load(path)
+            source = node.get("source", "offline")
+            if source == "hub":
+                repo = node.get("hf_id") if group == "model" else (node.get("hf") or {}).get("path")
+                config = None if group == "model" else (node.get("hf") or {}).get("name")
+                if not repo:
+                    where = f"no public hub id: set hf_id (conf/{group}/{path.stem}.yaml says how)"
+                else:
+                    where = f"{repo}{f' ({config})' if config else ''}" + (
+                        ", in the local HF cache" if in_hf_cache(group, repo, config) else "")
+            elif source == "config":
+                source, where = "random", "random weights from its config, no files"
+            else:
+                where = f"asset {'models' if group == 'model' else 'data'}/{node.get('offline')}" + (
+                    f", stands in for {node.stand_in_for}" if node.get("stand_in_for") else "")
+            lines.append(f"  {path.stem:36} {source:8} {where}")
+    lines.append("offline: `make assets` once, then no network; random: no files; hub: HF_HUB_OFFLINE=0 "
+                 "HF_DATASETS_OFFLINE=0 (network) unless in the local HF cache")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    import sys
+    if sys.argv[1:] != ["--list"]:
+        sys.exit("usage: python -m experiments.config --list   (every model and task: offline, random or hub)")
+    print(listing())

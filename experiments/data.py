@@ -11,7 +11,8 @@ import datasets
 import torch
 from omegaconf import DictConfig
 
-from experiments.assets import require
+from experiments.assets import cache_dir, require
+from experiments.config import ConfigError, offline_refusal
 from experiments.progress import Progress
 
 log = logging.getLogger(__name__)
@@ -28,7 +29,29 @@ def _source(task: DictConfig, data: DictConfig) -> str:
         raise ValueError(f"unknown data source {source!r}; valid: {', '.join(SOURCES)}")
     if source == "fixture" and not task.fixture:
         raise ValueError(f"task {task.name!r} has no fixture; set task.fixture or use data.source=offline")
+    if source == "hub":  # before datasets' long traceback that ends in "couldn't reach the hub"
+        refusal = offline_refusal("task", task.name, task.hf.path, "dataset", task.hf.name) if task.hf.path else None
+        if refusal:
+            raise ConfigError(refusal)
     return source
+
+
+def _where(task: DictConfig, source: str, split: str) -> str:
+    """Where one split of load_splits comes from, for an error: its file, or its hub dataset and split."""
+    if source == "fixture":  # one file; its eval rows also stand in for dev
+        return f"{REPO / task.fixture} (its rows with split={'eval' if split == 'dev' else split})"
+    name = task.splits.get(split, split)
+    if source == "offline":
+        return str(cache_dir() / "data" / task.offline / f"{name}.jsonl")
+    return f"hub dataset {task.hf.path} ({task.hf.name}), split {name}"
+
+
+def _nonempty(task: DictConfig, split: str, n: int, where: str) -> None:
+    """A split the run needs must have rows: an empty one fails deep in training or evaluation ("need at least one
+    array to stack"), after the model has loaded."""
+    if n == 0:
+        raise ConfigError(f"task {task.name}: the {split} split is empty, {where} has no rows for it: add rows, or "
+                          "point task.splits / task.fixture / data.source at data that has them")
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -42,10 +65,16 @@ def load_rows(task: DictConfig, data: DictConfig, split: str) -> list[dict] | da
     `split` is it; hub: the hub split), uncapped: plain dicts from files, a datasets.Dataset from the hub."""
     source = _source(task, data)
     if source == "offline":
-        return read_jsonl(require("data", task.offline) / f"{split}.jsonl")
-    if source == "fixture":
-        return [r for r in read_jsonl(REPO / task.fixture) if r["split"] == split]
-    return datasets.load_dataset(task.hf.path, task.hf.name, split=split)
+        path = require("data", task.offline) / f"{split}.jsonl"
+        rows = read_jsonl(path)
+    elif source == "fixture":
+        path = REPO / task.fixture
+        rows = [r for r in read_jsonl(path) if r["split"] == split]
+    else:
+        path = f"hub dataset {task.hf.path} ({task.hf.name}), split {split}"
+        rows = datasets.load_dataset(task.hf.path, task.hf.name, split=split)
+    _nonempty(task, split, len(rows), f"{path} (its rows with split={split})" if source == "fixture" else str(path))
+    return rows
 
 
 def long_texts(min_words: int = 0) -> list[str]:
@@ -88,6 +117,8 @@ def load_splits(task: DictConfig, data: DictConfig) -> datasets.DatasetDict:
                              f"{', '.join(map(repr, missing.values()))}; its splits: {', '.join(hub)}. "
                              f"Fix task.splits ({', '.join(f'{k}: {v}' for k, v in missing.items())})")
         ds = datasets.DatasetDict({split: hub[name] for split, name in task.splits.items()})
+    for split, rows in ds.items():  # before the dev carve and the limits, which would hide or fail on an empty one
+        _nonempty(task, split, len(rows), _where(task, source, split))
     if task.get("dev_from_train") and "dev" not in ds:  # a fixed slice of train, never eval, selects the checkpoint
         cut = ds["train"].train_test_split(test_size=task.dev_from_train, seed=data.subset_seed, shuffle=True)
         ds["train"], ds["dev"] = cut["train"], cut["test"]

@@ -16,7 +16,8 @@ from torch import nn
 from transformers import (AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer, PretrainedConfig,
                           PreTrainedTokenizerFast)
 
-from experiments.assets import USED, hub_revision, require
+from experiments.assets import USED, cache_dir, hub_revision, require
+from experiments.config import ConfigError, in_hf_cache, hub_offline, offline_refusal
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]"]
 
@@ -44,10 +45,39 @@ def weights_path(model: DictConfig) -> str:
     if model.source == "offline":
         return str(require("models", model.offline))
     if model.source == "hub":
+        refusal = offline_refusal("model", model.name, model.hf_id, "model") if model.hf_id else None
+        if refusal:  # before transformers' ~100-line traceback that ends in "check your internet connection"
+            raise ConfigError(refusal)
         USED[f"hub/{model.hf_id}"] = hub_revision(model.hf_id)  # no manifest: the cached revision names its files
         return model.hf_id
     raise ValueError(f"model.source={model.source!r} names no pretrained files; valid: offline, hub "
                      "(config builds random weights from model.from_config)")
+
+
+def max_positions(model: DictConfig) -> int | None:
+    """The longest input (tokens) the model's position table takes, from its config without loading weights: the
+    offline asset's config.json (read, not `require`d: no provenance, no verification), the `from_config` fields of a
+    random or hub model, else a cached or reachable hub config.json. None where nothing caps the length (relative
+    positions only) or no config is at hand (a missing asset or uncached hub model: its load refuses with the fix)."""
+    fields = OmegaConf.to_container(model.from_config, resolve=True) if model.get("from_config") else {}
+    if model.source == "offline":
+        path = cache_dir() / "models" / str(model.offline) / "config.json"
+        if not path.is_file():
+            return None
+        config = AutoConfig.from_pretrained(path.parent)
+    elif model.source == "config" or "model_type" in fields:
+        config = AutoConfig.for_model(fields.pop("model_type", None) or model.family, **fields)
+    elif model.get("hf_id") and not (hub_offline() and not in_hf_cache("model", model.hf_id)):
+        config = AutoConfig.from_pretrained(model.hf_id)
+    else:
+        return None
+    config = config.get_text_config()
+    n = getattr(config, "max_position_embeddings", None)
+    if not isinstance(n, int) or n <= 0 or getattr(config, "position_biased_input", True) is False:
+        return None  # DeBERTa-v2/v3 without absolute positions reads any length
+    if config.model_type in ("roberta", "xlm-roberta", "camembert"):  # positions start after the padding index
+        n -= (config.pad_token_id or 0) + 1
+    return n
 
 
 def load_tokenizer(model: DictConfig) -> PreTrainedTokenizerFast:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import sys
 import time
 import traceback
 from pathlib import Path
@@ -25,13 +26,15 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 import hydra
 import numpy as np
 import torch
+from hydra.errors import CompactHydraException
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from experiments import assets, hooks, registry
 from experiments.assets import cache_dir
 from experiments.context import RunContext
 from experiments.identity import published_path, run_name
-from experiments.config import ConfigError, validate
+from experiments.config import ON_ERROR, ConfigError, unknown_experiment, validate
 from experiments.results import SCHEMA_VERSION, config_hash, finished, git_dirty, provenance, write_json
 from experiments.timing import device_name
 
@@ -60,6 +63,8 @@ def pick_device(name: str) -> torch.device:
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError(f"hardware.device={name} but CUDA is not available here: use hardware=cpu (or "
                           "hardware.device=auto, which takes CUDA only when present)")
+    if name == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError("hardware.device=mps but Apple's MPS backend is not available here: use hardware=cpu")
     return torch.device(name)
 
 
@@ -76,6 +81,20 @@ def check(cfg: DictConfig, dirty: bool) -> None:
     if cfg.publish and not cfg.allow_dirty and dirty:
         raise ConfigError("publish=true from a tree with uncommitted changes: a published record must point at the "
                           "code that made it. Commit first, or pass allow_dirty=true (the record then says so).")
+    check_length(cfg)
+
+
+def check_length(cfg: DictConfig) -> None:
+    """The run's encoding length (data.max_length, else task.max_length) must fit the model's position table:
+    longer inputs fail after the model has loaded, as a tensor size mismatch that names neither."""
+    from experiments.models import max_positions
+    key = "data.max_length" if cfg.data.max_length else "task.max_length"
+    n = int(cfg.data.max_length or cfg.task.max_length)
+    limit = max_positions(cfg.model)
+    if limit is not None and n > limit:
+        raise ConfigError(f"{key}={n} is longer than model={cfg.model.name} reads: it has {limit} positions "
+                          f"(max_position_embeddings in its config). Use {key}={limit} or less (longer texts are "
+                          "truncated to it)")
 
 
 def num_threads(requested: int | None) -> int:
@@ -92,7 +111,8 @@ def offline_hint(cfg: DictConfig, e: Exception) -> str:
     with the switch named."""
     hub = [f"{g}={cfg[g].name}" for g in ("model", "task") if cfg[g].get("source") == "hub"]
     offline = os.environ.get("HF_HUB_OFFLINE") == "1" or os.environ.get("HF_DATASETS_OFFLINE") == "1"
-    if hub and offline and isinstance(e, (OSError, ConnectionError, ValueError)):
+    # a ConfigError (experiments.models / data refuse an uncached hub name offline) already names the switch
+    if hub and offline and isinstance(e, (OSError, ConnectionError, ValueError)) and not isinstance(e, ConfigError):
         return (f" ({', '.join(hub)} load from the Hugging Face hub, and runs are offline by default: set "
                 "HF_HUB_OFFLINE=0 HF_DATASETS_OFFLINE=0 to allow downloads)")
     return ""
@@ -123,7 +143,12 @@ def settings_line(cfg: DictConfig) -> str:
 
 def execute(cfg: DictConfig, output_dir: Path, overrides: list[str] | tuple[str, ...] = ()) -> dict:
     """Run (or skip) one composed config; returns its run record. `overrides`: the job's command-line and sweep
-    overrides (they name the run and are recorded). Every failure, a refused config included, is recorded."""
+    overrides (they name the run and are recorded). Every failure, a refused config included, is recorded, except an
+    unknown on_error: it is refused first, before the skip, and writes nothing (it says how to treat a failure, so
+    it must neither act as `record`, exiting 0, nor hide behind a finished run whose record it would replace)."""
+    if cfg.on_error not in ON_ERROR:
+        raise ConfigError(f"on_error={cfg.on_error} is not valid: use one of {', '.join(ON_ERROR)} (raise stops at "
+                          "a failure, record writes it and lets a sweep go on)")
     output_dir = Path(output_dir)
     config = OmegaConf.to_container(cfg, resolve=True)
     chash = config_hash(config)
@@ -174,7 +199,9 @@ def execute(cfg: DictConfig, output_dir: Path, overrides: list[str] | tuple[str,
         error = e
         record.update(status="failed", error=f"{type(e).__name__}: {e}{offline_hint(cfg, e)}",
                       traceback=traceback.format_exc())
-        log.error("run %s failed: %s", run_id, record["error"])
+        log.error("run %s failed: %s", run_id, record["error"])  # the record keeps the traceback
+        if isinstance(e, ConfigError):
+            e.logged = True
     finally:
         if ctx.wandb_run is not None:
             ctx.wandb_run.summary.update({**record["metrics"], "status": record["status"]})
@@ -196,18 +223,38 @@ def execute(cfg: DictConfig, output_dir: Path, overrides: list[str] | tuple[str,
         log.info("done %s in %.1f s: %s\n  record: %s%s", run_id, record["provenance"]["wall_s"],
                  shown_metrics(record["metrics"]), result_path.resolve(),
                  f"\n  published: {published}" if cfg.publish else "")
+    if error is not None:
+        log.error("  record: %s", result_path.resolve())
     if error is not None and cfg.on_error == "raise":
         raise error
     return record
+
+
+class Refused(CompactHydraException):
+    """A ConfigError in a -m sweep, as Hydra reports a failed job at the sweep's end: its one line, no traceback."""
 
 
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> float | None:
     from hydra.core.hydra_config import HydraConfig
     hc = HydraConfig.get()
-    record = execute(cfg, Path(hc.runtime.output_dir), list(hc.overrides.task))
+    try:
+        record = execute(cfg, Path(hc.runtime.output_dir), list(hc.overrides.task))
+    except ConfigError as e:
+        # a refusal is a user's input, not a bug: its logged line (and the record's path) is the whole story; the
+        # record keeps the traceback, and HYDRA_FULL_ERROR=1 prints it
+        if not e.logged:  # refused before a record was started (on_error, a publish of a finished run)
+            log.error("refused: %s", e)
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        if hc.mode == RunMode.MULTIRUN:  # the sweep's other jobs still run; Hydra reports this one at the end
+            raise Refused(f"{type(e).__name__}: {e}") from None
+        sys.exit(1)
     return record["metrics"].get(cfg.task.objective)  # what a sweeper optimises
 
 
 if __name__ == "__main__":
+    # before Hydra, whose own error for a missing experiment file lists none of those that exist
+    if refusal := unknown_experiment(sys.argv[1:]):
+        sys.exit(refusal)
     main()

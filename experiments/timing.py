@@ -37,7 +37,8 @@ def device_name(device: Any = None) -> str:
                     break
     except OSError:
         pass
-    return f"cpu: {model}, {torch.get_num_threads()} threads"
+    n = torch.get_num_threads()
+    return f"cpu: {model}, {n} thread{'' if n == 1 else 's'}"
 
 
 def sync(device: Any = None) -> None:

@@ -1,10 +1,13 @@
 """Encoding of each task type, batching, subsets and answer decoding."""
+import json
+
 import datasets
 import numpy as np
 import pytest
 import torch
 
 from experiments import data as D
+from experiments.config import ConfigError
 from experiments.evaluate import best_span
 from experiments.models import byte_tokenizer
 from tests.conftest import compose
@@ -38,7 +41,48 @@ def test_load_rows_reads_one_named_split_uncapped_as_plain_dicts():
     splits = D.load_splits(cfg.task, compose("debug=smoke", "task=rt-polarity").data)
     assert isinstance(rows[0], dict) and "split" in rows[0]
     assert [r["text"] for r in rows] == splits["train"]["text"]  # every row in file order: no cap, no shuffle
-    assert len(D.load_rows(cfg.task, cfg.data, "eval")) == 16 and D.load_rows(cfg.task, cfg.data, "test") == []
+    assert len(D.load_rows(cfg.task, cfg.data, "eval")) == 16
+    with pytest.raises(ConfigError, match=r"task rt-polarity: the test split is empty, .*rt-polarity\.jsonl \(its rows "
+                                          r"with split=test\) has no rows for it"):
+        D.load_rows(cfg.task, cfg.data, "test")
+
+
+def _train_only_fixture(tmp_path):
+    path = tmp_path / "no-eval.jsonl"
+    rows = [r for r in D.read_jsonl(D.REPO / "tests/fixtures/rt-polarity.jsonl") if r["split"] == "train"]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_an_empty_split_is_refused_naming_task_split_and_file(tmp_path):
+    path = _train_only_fixture(tmp_path)
+    cfg = compose("debug=smoke", "task=rt-polarity", f"task.fixture={path}")
+    with pytest.raises(ConfigError) as e:
+        D.load_splits(cfg.task, cfg.data)
+    assert str(e.value).startswith(f"task rt-polarity: the eval split is empty, {path} (its rows with split=eval) "
+                                   "has no rows for it: add rows")
+
+
+def test_a_run_with_an_empty_eval_split_fails_before_training(smoke_cfg, tmp_path, monkeypatch):
+    from experiments.run import execute
+    monkeypatch.setattr("experiments.finetune.fit", lambda *a, **k: pytest.fail("no training may start"))
+    rec = execute(smoke_cfg(f"task.fixture={_train_only_fixture(tmp_path)}", "on_error=record"), tmp_path / "run")
+    assert rec["status"] == "failed" and "the eval split is empty" in rec["error"] and "no-eval.jsonl" in rec["error"]
+
+
+def test_a_hub_task_offline_and_uncached_is_refused_before_loading(tmp_path, monkeypatch):
+    from huggingface_hub import constants
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "datasets")
+    monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: pytest.fail("no load may start"))
+    cfg = compose("task=sst2")
+    for load in (D.load_splits, lambda t, d: D.load_rows(t, d, "train")):
+        with pytest.raises(ConfigError, match="^set HF_HUB_OFFLINE=0 HF_DATASETS_OFFLINE=0 to download it: task=sst2 "
+                                              "loads nyu-mll/glue from the Hugging Face hub"):
+            load(cfg.task, cfg.data)
+    (tmp_path / "datasets" / "nyu-mll___glue" / "sst2").mkdir(parents=True)  # a prepared copy: loads offline
+    monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: "loaded")
+    assert D.load_rows(cfg.task, cfg.data, "train") == "loaded"
 
 
 def test_read_jsonl_keeps_unicode_line_separators_inside_a_row(tmp_path):

@@ -10,6 +10,7 @@ import pytest
 
 from experiments import registry
 from experiments.assets import MissingAssetError
+from experiments.config import ConfigError
 from experiments.run import execute
 from tests.conftest import REPO, compose
 
@@ -87,6 +88,65 @@ def test_missing_asset_cache_names_make_assets(tmp_path, monkeypatch):
     cfg = compose("model=minilm-l6", "task=rt-polarity", f"results_dir={tmp_path}")
     with pytest.raises(MissingAssetError, match="make assets"):
         execute(cfg, tmp_path / "run")
+
+
+def _main_as_hydra_calls_it(cfg, out, mode, monkeypatch):
+    """experiments.run.main with the config Hydra would pass and the HydraConfig it would set."""
+    from types import SimpleNamespace
+
+    from hydra.core.hydra_config import HydraConfig
+
+    from experiments.run import main
+    hc = SimpleNamespace(runtime=SimpleNamespace(output_dir=str(out)), overrides=SimpleNamespace(task=[]), mode=mode)
+    monkeypatch.setattr(HydraConfig, "get", staticmethod(lambda: hc))
+    return main(cfg)
+
+
+def test_a_refusal_is_one_line_and_a_nonzero_exit(smoke_cfg, tmp_path, monkeypatch, caplog):
+    from hydra.errors import CompactHydraException
+    from hydra.types import RunMode
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    monkeypatch.setattr(registry, "resolve", lambda name: pytest.fail("no work may start"))
+    with pytest.raises(SystemExit) as e:
+        _main_as_hydra_calls_it(smoke_cfg("train.lr=0"), tmp_path / "a", RunMode.RUN, monkeypatch)
+    assert e.value.code == 1
+    lines = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert lines == ["run rt-polarity--tiny-bert--finetune-full--seed0 failed: ConfigError: train.lr=0.0 is not valid: "
+                     "use a number > 0 (at lr 0 nothing trains; a method that trains nothing ignores train.lr)",
+                     f"  record: {(tmp_path / 'a' / 'result.json').resolve()}"]
+    assert "Traceback" in json.loads((tmp_path / "a" / "result.json").read_text())["traceback"]  # kept in the record
+    caplog.clear()
+    with pytest.raises(SystemExit):  # refused before any record: on_error itself, logged by main
+        _main_as_hydra_calls_it(smoke_cfg("on_error=ignore"), tmp_path / "b", RunMode.RUN, monkeypatch)
+    assert [r.getMessage() for r in caplog.records] == ["refused: on_error=ignore is not valid: use one of raise, "
+                                                        "record (raise stops at a failure, record writes it and lets "
+                                                        "a sweep go on)"]
+    # in a -m sweep the other jobs still run: Hydra reports the job at the end, as one line (a compact exception)
+    with pytest.raises(CompactHydraException, match="^ConfigError: train.lr=0.0 is not valid"):
+        _main_as_hydra_calls_it(smoke_cfg("train.lr=0"), tmp_path / "c", RunMode.MULTIRUN, monkeypatch)
+    monkeypatch.setenv("HYDRA_FULL_ERROR", "1")  # Hydra's switch for the whole traceback still works
+    with pytest.raises(ConfigError):
+        _main_as_hydra_calls_it(smoke_cfg("train.lr=0"), tmp_path / "d", RunMode.RUN, monkeypatch)
+
+
+@pytest.mark.slow
+def test_refusals_from_the_command_line(tmp_path):
+    """What a user sees: one line and exit 1, for a bad value, an unknown on_error and a missing experiment."""
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "experiments.run", *args], cwd=REPO, capture_output=True,
+                              text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    proc = run("debug=smoke", "train.max_grad_norm=-1", f"hydra.run.dir={tmp_path / 'a'}")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "Traceback" not in out, out
+    assert "train.max_grad_norm=-1.0 is not valid: use a number ≥ 0 (0: no clipping)" in out
+    assert f"record: {tmp_path / 'a' / 'result.json'}" in out and len(out.strip().splitlines()) == 2
+    proc = run("debug=smoke", "on_error=ignore", "seed=7", f"hydra.run.dir={tmp_path / 'b'}")
+    assert proc.returncode == 1 and "on_error=ignore is not valid" in proc.stderr + proc.stdout
+    assert not (tmp_path / "b" / "result.json").exists()
+    proc = run("-m", "experiment=finetune/nope")
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.startswith("experiment=finetune/nope names no conf/experiment/finetune/nope.yaml; the "
+                                  "experiments of finetune: ") and "finetune/smoke" in proc.stderr
 
 
 def _runner(*overrides, out):

@@ -1,4 +1,5 @@
 import pytest
+import torch
 
 from experiments.timing import StepTimer, device_name, interleaved, summarize
 
@@ -58,4 +59,11 @@ def test_step_timer_with_injected_clock():
 
 def test_device_name_cpu():
     name = device_name("cpu")
-    assert name.startswith("cpu: ") and name.endswith("threads")
+    n = torch.get_num_threads()
+    assert name.startswith("cpu: ") and name.endswith(f", {n} thread{'' if n == 1 else 's'}")
+    before = n
+    try:
+        torch.set_num_threads(1)
+        assert device_name("cpu").endswith(", 1 thread")  # not "1 threads"
+    finally:
+        torch.set_num_threads(before)
