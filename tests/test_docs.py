@@ -16,7 +16,9 @@ SPEC_REF = re.compile(r"\bspec §(\d+)(?:\.(\d+))?", re.IGNORECASE)
 
 def tracked(*suffixes: str) -> list[str]:
     out = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
-    return [p for p in out if p.endswith(suffixes) and not p.startswith("results/") and (REPO / p).is_file()]
+    # results/ is generated (from claims.yaml, checked there); this file holds the patterns as examples
+    return [p for p in out if p.endswith(suffixes) and not p.startswith("results/") and p != "tests/test_docs.py"
+            and (REPO / p).is_file()]
 
 
 def test_every_cited_asset_list_spec_and_docs_page_exists():
