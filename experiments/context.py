@@ -9,6 +9,8 @@ from typing import Any, Callable
 
 import torch
 
+from experiments.config import ConfigError
+
 log = logging.getLogger(__name__)
 STORE_DTYPES = {"fp16": torch.float16, "fp32": torch.float32}
 
@@ -58,3 +60,16 @@ class RunContext:
         if dtype not in STORE_DTYPES:
             raise ValueError(f"activation-store dtype {dtype!r} is not one of {', '.join(STORE_DTYPES)}")
         return ActivationStore(root or self.store_dir, dtype=STORE_DTYPES[dtype])
+
+
+def pick_device(name: str) -> torch.device:
+    """hardware.device as a torch device, refused when this machine lacks it. It lives here, not in experiments.run:
+    run.py is __main__, whose functions a submitit launcher pickles by value, and torch.backends.mps does not pickle."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"hardware.device={name} but CUDA is not available here: use hardware=cpu (or "
+                          "hardware.device=auto, which takes CUDA only when present)")
+    if name == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError("hardware.device=mps but Apple's MPS backend is not available here: use hardware=cpu")
+    return torch.device(name)

@@ -32,7 +32,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from experiments import assets, hooks, registry
 from experiments.assets import cache_dir
-from experiments.context import RunContext
+from experiments.context import RunContext, pick_device
 from experiments.identity import published_path, run_name
 from experiments.config import ON_ERROR, ConfigError, unknown_experiment, validate
 from experiments.results import SCHEMA_VERSION, config_hash, finished, git_dirty, provenance, write_json
@@ -55,17 +55,6 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-
-
-def pick_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"hardware.device={name} but CUDA is not available here: use hardware=cpu (or "
-                          "hardware.device=auto, which takes CUDA only when present)")
-    if name == "mps" and not torch.backends.mps.is_available():
-        raise ConfigError("hardware.device=mps but Apple's MPS backend is not available here: use hardware=cpu")
-    return torch.device(name)
 
 
 def check(cfg: DictConfig, dirty: bool) -> None:
