@@ -73,6 +73,11 @@ class Progress:
             self._line(clock(), done=True)
         self.lines = False
 
+    def __reduce__(self):
+        """Pickles as a fresh, silent bar of the same work: `datasets.map` hashes the function that updates it to name
+        its output (a random name, and a new cache file each time, if the live bar went into the hash)."""
+        return Progress, (self.total, self.desc, self.unit, False)
+
     def __enter__(self) -> "Progress":
         return self
 

@@ -83,3 +83,17 @@ def test_tokenisation_evaluation_and_the_store_report_long_work(monkeypatch, cap
     assert any(s.startswith(f"evaluate: {len(evals)}/{len(evals)} ex") for s in got), got
     assert any(s.startswith(f"activation store: 8/{len(train)} ex") for s in got), got
     assert any(s.startswith(f"activation store: done, {len(train)} ex") for s in got), got
+
+
+def test_a_split_encodes_to_the_same_dataset_fingerprint_every_time():
+    """datasets names (and caches) a map's output by a hash of its function, which updates a live bar: a bar that
+    hashed differently each time would give a random name and a new cache file per run."""
+    from experiments import data as D
+    from experiments.models import build
+    from tests.conftest import compose
+
+    cfg = compose("debug=smoke", "task=wnut16")
+    tok, _ = build(cfg.model, cfg.task)
+    raw = D.load_splits(cfg.task, cfg.data)
+    first, again = (D.encode(raw["train"], tok, cfg.task, 64, train=True) for _ in range(2))
+    assert first._fingerprint == again._fingerprint and first["input_ids"] == again["input_ids"]
