@@ -30,8 +30,8 @@ class RunContext:
     wandb_run: Any = None
     tokenizer_fingerprint: str | None = None  # set by the method that builds a tokenizer (models.tokenizer_fingerprint)
 
-    _step_base: int = field(default=0, repr=False)
-    _last_step: int = field(default=-1, repr=False)
+    _step_base: int = field(default=0, init=False, repr=False)  # log_metrics' offset for a new training phase
+    _last_step: int = field(default=-1, init=False, repr=False)
 
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
         """Stream metrics to the run's logger (nothing without one). `step` counts the caller's optimizer steps; a
