@@ -41,7 +41,7 @@ test-unit: setup ## the fast tier only: tiny random models and fixtures, no asse
 test-slow: assets ## only the slow tests
 	STRATA_REQUIRE_ASSETS=1 $(PY) -m pytest -m slow
 
-smoke: setup ## every implemented method on a tiny random model and the fixtures, rerun each time (~1.5 min on 2 cores)
+smoke: setup ## every smoke* sweep on tiny random models and the fixtures, every job rerun (1.5-2 min on 2 cores)
 	$(PY) -m scripts.tier --smoke $(PAPERS)
 
 reproduce: assets ## the default (CPU) tier of every implemented paper, then results/REPORT.md
