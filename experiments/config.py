@@ -254,23 +254,18 @@ def hub_offline(kind: str = "model") -> bool:
     return any(os.environ.get(n, "").upper() in _TRUE for n in names)
 
 
-def in_hf_cache(kind: str, repo_id: str, config: str | None = None) -> bool:
-    """Whether the local Hugging Face cache holds a hub model (its config.json) or a dataset (a prepared copy in the
-    datasets cache, or its files in the hub cache): what an offline run can load. Paths are read from the
-    environment at call time."""
+def in_hf_cache(repo_id: str) -> bool:
+    """Whether the local Hugging Face cache holds a hub model (its config.json): what an offline run can load. Paths
+    are read from the environment at call time."""
     from huggingface_hub import constants, try_to_load_from_cache
-    if kind == "model":
-        return isinstance(try_to_load_from_cache(repo_id, "config.json", cache_dir=constants.HF_HUB_CACHE), str)
-    import datasets
-    prepared = Path(datasets.config.HF_DATASETS_CACHE) / repo_id.replace("/", "___")
-    files = Path(constants.HF_HUB_CACHE) / f"datasets--{repo_id.replace('/', '--')}"
-    return (prepared / (config or "")).is_dir() or files.is_dir()
+    return isinstance(try_to_load_from_cache(repo_id, "config.json", cache_dir=constants.HF_HUB_CACHE), str)
 
 
-def offline_refusal(key: str, name: str, repo: str, kind: str, config: str | None = None) -> str | None:
+def offline_refusal(key: str, name: str, repo: str, kind: str, cached: bool | None = None) -> str | None:
     """The refusal for `key=name`, which loads `repo` from the hub, while runs are offline and the local cache has no
-    copy (the load would fail after a long traceback ending in "check your internet connection"); else None."""
-    if not hub_offline(kind) or in_hf_cache(kind, repo, config):
+    copy (the load would fail after a long traceback ending in "check your internet connection"); else None.
+    `cached`: what the caller found (a dataset's load is its own test); None looks a model up."""
+    if not hub_offline(kind) or (in_hf_cache(repo) if cached is None else cached):
         return None
     return (f"set HF_HUB_OFFLINE=0 HF_DATASETS_OFFLINE=0 to download it: {key}={name} loads {repo} from the Hugging "
             "Face hub, runs are offline by default and the local HF cache has no copy (or pick an offline one: "
@@ -304,7 +299,8 @@ def unknown_experiment(args: list[str]) -> str | None:
 
 def listing() -> str:
     """Every model and task config with where it loads from: offline (a packaged asset, `make assets`), random (built
-    from its config, no files) or hub (needs HF_HUB_OFFLINE=0 HF_DATASETS_OFFLINE=0 unless in the local HF cache)."""
+    from its config, no files) or hub (needs HF_HUB_OFFLINE=0 HF_DATASETS_OFFLINE=0 unless in the local HF cache;
+    a hub model's cached copy is named, a dataset's is found by loading it)."""
     lines = []
     for group, what in (("model", "model=<name>"), ("task", "task=<name>")):
         lines.append(f"{group}s ({what}; conf/{group}/):")
@@ -318,7 +314,7 @@ def listing() -> str:
                     where = f"no public hub id: set hf_id (conf/{group}/{path.stem}.yaml says how)"
                 else:
                     where = f"{repo}{f' ({config})' if config else ''}" + (
-                        ", in the local HF cache" if in_hf_cache(group, repo, config) else "")
+                        ", in the local HF cache" if group == "model" and in_hf_cache(repo) else "")
             elif source == "config":
                 source, where = "random", "random weights from its config, no files"
             else:

@@ -29,11 +29,20 @@ def _source(task: DictConfig, data: DictConfig) -> str:
         raise ValueError(f"unknown data source {source!r}; valid: {', '.join(SOURCES)}")
     if source == "fixture" and not task.fixture:
         raise ValueError(f"task {task.name!r} has no fixture; set task.fixture or use data.source=offline")
-    if source == "hub":  # before datasets' long traceback that ends in "couldn't reach the hub"
-        refusal = offline_refusal("task", task.name, task.hf.path, "dataset", task.hf.name) if task.hf.path else None
-        if refusal:
-            raise ConfigError(refusal)
     return source
+
+
+def _hub(task: DictConfig, split: str | None = None):
+    """datasets.load_dataset of a hub task. Offline and not cached, datasets fails at once with a ConnectionError;
+    it becomes one line with the switch first, not a long traceback ending in "couldn't reach the hub". (The load
+    itself is the cache test: a guess at the datasets cache's layout would refuse copies it does hold.)"""
+    try:
+        return datasets.load_dataset(task.hf.path, task.hf.name, split=split)
+    except ConnectionError:
+        refusal = offline_refusal("task", task.name, task.hf.path, "dataset", cached=False)
+        if refusal is None:
+            raise
+        raise ConfigError(refusal) from None
 
 
 def _where(task: DictConfig, source: str, split: str) -> str:
@@ -72,7 +81,7 @@ def load_rows(task: DictConfig, data: DictConfig, split: str) -> list[dict] | da
         rows = [r for r in read_jsonl(path) if r["split"] == split]
     else:
         path = f"hub dataset {task.hf.path} ({task.hf.name}), split {split}"
-        rows = datasets.load_dataset(task.hf.path, task.hf.name, split=split)
+        rows = _hub(task, split)
     _nonempty(task, split, len(rows), f"{path} (its rows with split={split})" if source == "fixture" else str(path))
     return rows
 
@@ -110,7 +119,7 @@ def load_splits(task: DictConfig, data: DictConfig) -> datasets.DatasetDict:
         if "dev" in task.splits:  # the fixture has no dev rows: its eval rows stand in, so a smoke run exercises dev
             ds["dev"] = ds["eval"]
     else:
-        hub = datasets.load_dataset(task.hf.path, task.hf.name)
+        hub = _hub(task)
         missing = {split: name for split, name in task.splits.items() if name not in hub}
         if missing:
             raise ValueError(f"task {task.name!r}: hub dataset {task.hf.path} ({task.hf.name}) has no split "

@@ -67,7 +67,7 @@ def max_positions(model: DictConfig) -> int | None:
         config = AutoConfig.from_pretrained(path.parent)
     elif model.source == "config" or "model_type" in fields:
         config = AutoConfig.for_model(fields.pop("model_type", None) or model.family, **fields)
-    elif model.get("hf_id") and not (hub_offline() and not in_hf_cache("model", model.hf_id)):
+    elif model.get("hf_id") and not (hub_offline() and not in_hf_cache(model.hf_id)):
         config = AutoConfig.from_pretrained(model.hf_id)
     else:
         return None

@@ -70,19 +70,24 @@ def test_a_run_with_an_empty_eval_split_fails_before_training(smoke_cfg, tmp_pat
     assert rec["status"] == "failed" and "the eval split is empty" in rec["error"] and "no-eval.jsonl" in rec["error"]
 
 
-def test_a_hub_task_offline_and_uncached_is_refused_before_loading(tmp_path, monkeypatch):
-    from huggingface_hub import constants
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
-    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "datasets")
-    monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: pytest.fail("no load may start"))
+def test_a_hub_task_offline_and_uncached_fails_in_one_line_with_the_switch_first(tmp_path, monkeypatch):
+    """Offline, datasets refuses an uncached hub dataset at once with a ConnectionError: it becomes the hint; a cached
+    copy loads; online, the ConnectionError is the network's and goes up unchanged."""
+    def offline_load(*args, **kwargs):
+        raise ConnectionError("Couldn't reach 'nyu-mll/glue' on the Hub (OfflineModeIsEnabled)")
+    monkeypatch.setattr(datasets, "load_dataset", offline_load)
     cfg = compose("task=sst2")
     for load in (D.load_splits, lambda t, d: D.load_rows(t, d, "train")):
         with pytest.raises(ConfigError, match="^set HF_HUB_OFFLINE=0 HF_DATASETS_OFFLINE=0 to download it: task=sst2 "
-                                              "loads nyu-mll/glue from the Hugging Face hub"):
+                                              "loads nyu-mll/glue from the Hugging Face hub") as info:
             load(cfg.task, cfg.data)
-    (tmp_path / "datasets" / "nyu-mll___glue" / "sst2").mkdir(parents=True)  # a prepared copy: loads offline
-    monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: "loaded")
-    assert D.load_rows(cfg.task, cfg.data, "train") == "loaded"
+        assert info.value.__cause__ is None and info.value.__suppress_context__  # one line, no chained traceback
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "0")
+    with pytest.raises(ConnectionError, match="Couldn't reach"):
+        D.load_rows(cfg.task, cfg.data, "train")
+    monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: ["a cached row"])
+    assert D.load_rows(cfg.task, cfg.data, "train") == ["a cached row"]
 
 
 def test_read_jsonl_keeps_unicode_line_separators_inside_a_row(tmp_path):
