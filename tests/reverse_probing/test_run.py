@@ -145,8 +145,9 @@ def test_cosine_of_a_source_with_itself_is_one_and_with_another_below(smoke_cfg,
     rec = record(smoke_cfg, tmp_path, "method=reverse_probing_cossim", "method.reference=tiny-bert",
                  "method.gold_mentions=false", "method.sources=[tiny-bert]")
     assert rec["metrics"]["cossim/tiny-bert"] == pytest.approx(1.0, abs=1e-3)  # fp16 store
-    with pytest.raises(Exception, match="gold_mentions=false"):
-        record(smoke_cfg, tmp_path, "method=reverse_probing_cossim", "method.reference=tiny-bert")
+    with pytest.raises(Exception, match="gold_mentions=false"):  # the method's default; debug=smoke sets false
+        record(smoke_cfg, tmp_path, "method=reverse_probing_cossim", "method.reference=tiny-bert",
+               "method.gold_mentions=true")
 
 
 @pytest.mark.slow  # several runs through the runner: make test runs it, test-unit does not
