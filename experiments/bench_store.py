@@ -8,8 +8,9 @@ interleaved with `experiments.timing.interleaved`. A pass iterates every example
 and produces the right-padded (B, T, d) states of every layer: by a forward pass, or by `padded()` reads
 (crc-verified) from the store. The shard files were just written, so reads are served by the page cache:
 this is the store's own overhead, not the speed of a cold disk. The model is `model=` (tiny-bert: a random one, no
-assets), the sentences a random sample of the task's train split. Writes <results_dir>/store/benchmark.json (all
-numbers, config, device) and benchmark.md (generated from the json) besides the run record.
+assets), the sentences a random sample of the task's train split. Writes benchmark.json (all numbers, config,
+device) and benchmark.md (generated from the json) besides the run record: into results/store/ with publish=true,
+else into the run directory.
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from omegaconf import DictConfig
 
 from experiments.context import RunContext
 from experiments.data import load_rows
+from experiments.identity import side_files_dir
 from experiments.models import load_encoder, tokenizer_fingerprint
 from experiments.results import write_json
 from experiments.store import batched_hidden_states, model_fingerprint
@@ -214,7 +216,7 @@ def to_markdown(r: dict) -> str:
 
 def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
     r = measure(cfg, ctx)
-    out = Path(cfg.results_dir) / "store"
+    out = side_files_dir(cfg, ctx.output_dir, "store")
     write_json(out / "benchmark.json", r)
     (out / "benchmark.md").write_text(to_markdown(r))
     ctx.n_samples.update(examples=r["data"]["n_examples"], tokens=r["data"]["n_tokens"],

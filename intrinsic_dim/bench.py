@@ -10,12 +10,11 @@
    with its vocabulary projection at every position, left-padded batches in data order), real (non-pad) tokens/s.
    Also how far bf16 (autocast, and bf16 weights) moves the last-token states (why extraction stays fp32).
 3. On CUDA: one Llama-scale layer's TwoNN (N=5000, D=4096).
-Writes <results_dir>/intrinsic_dim/benchmark.{json,md} besides the run record; the shapes are method fields
-(intrinsic_dim/config.py IntrinsicDimBenchConfig)."""
+Writes benchmark.{json,md} besides the run record: into results/intrinsic_dim/ with publish=true, else into the run
+directory. The shapes are method fields (intrinsic_dim/config.py IntrinsicDimBenchConfig)."""
 from __future__ import annotations
 
 import statistics
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -23,6 +22,7 @@ from omegaconf import DictConfig
 
 from experiments.context import RunContext
 from experiments.data import load_rows
+from experiments.identity import side_files_dir
 from experiments.models import load_causal_lm, tokenizer_fingerprint
 from experiments.results import write_json
 from experiments.timing import device_name, interleaved, summarize
@@ -188,7 +188,7 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
     if m.extraction:
         res["extraction"] = bench_extraction(cfg, ctx)
     res["gpu"] = bench_gpu() if m.gpu else None
-    out = Path(cfg.results_dir) / "intrinsic_dim"
+    out = side_files_dir(cfg, ctx.output_dir, "intrinsic_dim")
     write_json(out / "benchmark.json", res)
     (out / "benchmark.md").write_text(markdown(res))
     ctx.extra.update(benchmark=res)

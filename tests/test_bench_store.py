@@ -6,9 +6,10 @@ from experiments.run import execute
 from tests.conftest import compose
 
 
-def test_store_bench_writes_its_benchmark_and_a_run_record(tmp_path):
+def test_store_bench_writes_its_benchmark_and_a_run_record(tmp_path, monkeypatch):
+    monkeypatch.setattr("experiments.run.git_dirty", lambda: False)  # publish=true from a developer's dirty tree
     cfg = compose("experiment=store/bench", "debug=smoke", "method.n=20", "method.repeats=1", "method.max_length=12",
-                  f"results_dir={tmp_path / 'results'}", f"store.dir={tmp_path / 'store'}")
+                  f"results_dir={tmp_path / 'results'}", f"store.dir={tmp_path / 'store'}", "publish=true")
     rec = execute(cfg, tmp_path / "run")
     assert rec["status"] == "ok", rec.get("error")
     assert json.loads((tmp_path / "run" / "result.json").read_text())["metrics"] == rec["metrics"]
@@ -26,3 +27,13 @@ def test_store_bench_writes_its_benchmark_and_a_run_record(tmp_path):
     assert m["storage/fp16_over_fp32_bin"] == 0.5 and m["store/shuffled_hit_rate"] == 1.0
     assert m["speedup/read_fp16_x"] == m["time/compute_s"] / m["time/read_fp16_s"]
     assert not list((tmp_path / "tmp").iterdir())  # the temporary stores are removed
+
+
+def test_without_publish_the_benchmark_stays_in_its_run_directory(tmp_path):
+    """A quick check never rewrites the committed results/store/benchmark.md."""
+    cfg = compose("experiment=store/bench", "debug=smoke", "method.n=8", "method.repeats=1", "method.max_length=8",
+                  f"results_dir={tmp_path / 'results'}", f"store.dir={tmp_path / 'store'}")
+    rec = execute(cfg, tmp_path / "run")
+    assert rec["status"] == "ok", rec.get("error")
+    assert json.loads((tmp_path / "run" / "benchmark.json").read_text()) == rec["extra"]["benchmark"]
+    assert (tmp_path / "run" / "benchmark.md").is_file() and not (tmp_path / "results").exists()
