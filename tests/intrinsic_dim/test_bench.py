@@ -44,4 +44,5 @@ def test_too_few_rows_for_the_prompts_names_the_fix(tmp_path):
 def test_estimator_only_loads_no_model(tmp_path):
     rec = _run(tmp_path, "method.extraction=false", "model=tiny-bert")  # an encoder: a causal LM is never asked for
     assert rec["status"] == "ok" and "time/extract_ours_s" not in rec["metrics"]
-    assert "## Extraction" not in (tmp_path / "results" / "intrinsic_dim" / "benchmark.md").read_text()
+    assert "## Extraction" not in (tmp_path / "run" / "benchmark.md").read_text()  # no publish: its run directory
+    assert not (tmp_path / "results").exists()
