@@ -253,7 +253,7 @@ def check(selected: list[Asset]) -> int:
         line(asset.key, "ok" if not found else "BAD: " + "; ".join(found[:3]), start)
         bad += bool(found)
     if bad:
-        print(f"error: {bad} asset(s) missing or corrupt in {cache_dir()}; run `make assets` "
+        print(f"error: {bad} asset(s) missing, corrupt or stale in {cache_dir()}; run `make assets` "
               "(python -m scripts.assets) to fetch and rebuild them", file=sys.stderr)
     return 1 if bad else 0
 
