@@ -285,7 +285,7 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
                  "exit_hist": {int(d): int(n) for d, n in zip(*np.unique(p["depth"], return_counts=True))}}
                 for tau, p in swept.items()]
     ctx.per_example["eval"] = {"pred": chosen["logits"].argmax(1).tolist(), "label": chosen["labels"].tolist()}
-    # the frontier as parallel arrays: what experiments.claims correlates (depth vs tau)
+    # the frontier as parallel arrays: what experiments.evidence.claims correlates (depth vs tau)
     curve = {k: [f[k] for f in frontier] for k in ("tau", "accuracy", "avg_depth", "avg_retention")}
     ctx.extra.update(history=info["history"], checkpoint_cached=info["cached"], frontier=frontier, curve=curve,
                      detail={"length": chosen["length"].tolist(), "retention": chosen["retention"].round(4).tolist(),

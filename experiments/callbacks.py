@@ -13,7 +13,7 @@ from omegaconf import DictConfig
 
 from experiments.identity import override_key
 from experiments.results import read_json
-from experiments.tables import natural
+from experiments.evidence.tables import natural
 
 log = logging.getLogger("strata")
 OWN_COLUMN = {"task", "model", "method", "method.name", "method.variant", "seed"}  # a column of their own, or averaged

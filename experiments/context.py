@@ -25,7 +25,7 @@ class RunContext:
     n_samples: dict[str, int] = field(default_factory=dict)  # filled by the method, copied into result.json
     extra: dict[str, Any] = field(default_factory=dict)  # per-run details worth keeping (e.g. eval history)
     # split -> per-example scores behind the reported metrics (experiments.evaluate.Scores.per_example); copied into
-    # the record's "per_example" so experiments.claims can bootstrap over examples
+    # the record's "per_example" so experiments.evidence.claims can bootstrap over examples
     per_example: dict[str, Any] = field(default_factory=dict)
     wandb_run: Any = None
     tokenizer_fingerprint: str | None = None  # set by the method that builds a tokenizer (models.tokenizer_fingerprint)

@@ -22,7 +22,7 @@ Inputs = Callable[[int, int], dict[str, torch.Tensor]]
 
 class Scores(dict):
     """`eval/<metric>` -> value, plus `per_example`: the per-example quantities the metrics are means or sums of,
-    in eval-example order (experiments.claims bootstraps over them; a run record keeps them as
+    in eval-example order (experiments.evidence.claims bootstraps over them; a run record keeps them as
     record["per_example"]["eval"]):
       cls, pair: {"pred": [class id], "label": [class id]}
       ner: {"tp", "fp", "fn"} entities per sentence (seqeval) and {"token_tp", "token_fp", "token_fn"}
@@ -80,7 +80,7 @@ def _classification(logits, features, examples, task):
     labels = np.asarray(features["labels"])
     preds = lg.argmax(1)
     scores = M.classification_metrics(list(task.metrics), preds, labels, probs=probs)
-    # what a constant predictor scores: a claim whose arm does not beat it is not testable (experiments.claims)
+    # what a constant predictor scores: a claim whose arm does not beat it is not testable (experiments.evidence.claims)
     scores.update(M.majority_baselines(labels, ["accuracy", *task.metrics]))
     per_example = {"pred": preds.tolist(), "label": labels.tolist()} if np.issubdtype(labels.dtype, np.integer) else {}
     return scores, per_example

@@ -372,7 +372,7 @@ def squad_scores(predictions: list[str], references: list[list[str]]) -> dict[st
 
 
 # ---------------------------------------------------------------- per-example counts and trivial baselines
-# The corpus-level scores above are sums of per-example counts; keeping the counts lets experiments.claims
+# The corpus-level scores above are sums of per-example counts; keeping the counts lets experiments.evidence.claims
 # bootstrap a score over examples exactly (resampled sums), and the baselines tell a model that learned the task
 # from one that predicts a constant.
 

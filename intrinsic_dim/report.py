@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.paper_values import paper_values
-from experiments.tables import Table, fmt, legacy_note, pyplot, run_label, save_figure
+from experiments.evidence.paper_values import paper_values
+from experiments.evidence.tables import Table, fmt, legacy_note, pyplot, run_label, save_figure
 from intrinsic_dim.auc import heatmap_difference
 
 ORDER = re.compile(r"^(icl|icl_unique)-(\d+)$")

@@ -294,7 +294,7 @@ def completion_starts(tok, items: list[tuple[str, str]], max_length: int) -> lis
 
 def _keep_for_claims(ctx: RunContext, res: dict, gold: list[int], m: DictConfig) -> None:
     """Per-prompt predictions (accuracy CIs over examples) and the AUC's resampled-prompt replicates (AUC CIs) where
-    experiments.claims reads them; both pop out of `res`, so checkpoints stay small."""
+    experiments.evidence.claims reads them; both pop out of `res`, so checkpoints stay small."""
     ctx.per_example["eval"] = {"pred": res.pop("pred"), "label": list(gold)}
     reps, curves = res.pop("auc_replicates", None), res.pop("curve_replicates", None)
     if reps is not None:

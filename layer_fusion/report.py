@@ -25,10 +25,10 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments import selection
-from experiments.claims import BOOT_SEED, N_BOOT, bootstrap_seeds, percentile_ci, resample_weights, resampled_metric
-from experiments.paper_values import paper_values
-from experiments.tables import (Table, caps, config_value, figure_link, fmt, label, natural, pyplot, save_figure,
+from experiments.evidence import selection
+from experiments.evidence.stats import BOOT_SEED, N_BOOT, bootstrap_seeds, percentile_ci, resample_weights, resampled_metric
+from experiments.evidence.paper_values import paper_values
+from experiments.evidence.tables import (Table, caps, config_value, figure_link, fmt, label, natural, pyplot, save_figure,
                                 sections)
 
 GENERIC_TABLES = ()

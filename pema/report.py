@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.claims import BOOT_SEED, N_BOOT, percentile_ci, resample_weights, resampled_metric
-from experiments.paper_values import paper_values
-from experiments.tables import Table, delta, fmt, pyplot, run_label, save_figure, scale, sections
+from experiments.evidence.stats import BOOT_SEED, N_BOOT, percentile_ci, resample_weights, resampled_metric
+from experiments.evidence.paper_values import paper_values
+from experiments.evidence.tables import Table, delta, fmt, pyplot, run_label, save_figure, scale, sections
 
 GLUE = ("cola", "mnli", "mrpc", "qnli", "qqp", "rte", "sst2", "stsb", "wnli")
 GENERIC_TABLES = ("pema/scores*",)  # every eval/ metric of the pema_scores runs (both arms)

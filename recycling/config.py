@@ -24,7 +24,7 @@ class RecyclingConfig(MethodConfig):
     adapter_act: str = "gelu_new"  # the paper names none; OpenDelta 0.4's default non-linearity [R]
     adapter_lr: Optional[float] = 1e-3  # lr of the adapter variants (None: train.lr); the paper picks per task
     #   from {1e-3, 2e-3, 1e-4, 2e-4, ...} [P A.1]; adapters need the larger ones at our short CPU budgets [S].
-    #   The tiers set it to null and sweep train.lr over an explicit grid, chosen on dev (experiments/selection.py)
+    #   The tiers set it to null and sweep train.lr over an explicit grid, chosen on dev (experiments/evidence/selection.py)
     cache_in_ram: bool = False  # copy the cache into RAM before training (A.5) instead of reading the mmap [S]
 
 

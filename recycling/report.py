@@ -13,8 +13,8 @@ none; minilm-l6 and the offline tasks reach a row only through the twins declare
 
 Full is computed once: `method=finetune` trains every weight exactly as `variant=full`, so the Full rows come from the
 finetune tier's records (results/finetune/runs) wherever they were trained like our variants (same model, task, dev
-split, caps and schedule: experiments.selection.same_training); a variant=full record of our own, where one exists,
-is used as well. Every variant is shown at the lr its dev split chose (experiments/selection.py), named under the
+split, caps and schedule: experiments.evidence.selection.same_training); a variant=full record of our own, where one exists,
+is used as well. Every variant is shown at the lr its dev split chose (experiments/evidence/selection.py), named under the
 tables.
 """
 from __future__ import annotations
@@ -22,10 +22,10 @@ from __future__ import annotations
 from pathlib import Path
 from statistics import mean
 
-from experiments import selection
-from experiments.paper_values import paper_values
+from experiments.evidence import selection
+from experiments.evidence.paper_values import paper_values
 from experiments.results import load_runs
-from experiments.tables import Table, caps, delta, fmt, label, pyplot, save_figure, scale, summary
+from experiments.evidence.tables import Table, caps, delta, fmt, label, pyplot, save_figure, scale, summary
 
 # experiments that also get the generic per-experiment table (every eval/ metric, not only the objective)
 GENERIC_TABLES = ("recycling/table1*", "recycling/table2*", "recycling/table3*", "recycling/depth*",

@@ -30,10 +30,10 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments import selection
-from experiments.claims import BOOT_SEED, bootstrap_seeds, percentile_ci
-from experiments.paper_values import paper_values
-from experiments.tables import (PERCENT, Table, caps as table_caps, config_value, figure_link, fmt, natural, pyplot, save_figure,
+from experiments.evidence import selection
+from experiments.evidence.stats import BOOT_SEED, bootstrap_seeds, percentile_ci
+from experiments.evidence.paper_values import paper_values
+from experiments.evidence.tables import (PERCENT, Table, caps as table_caps, config_value, figure_link, fmt, natural, pyplot, save_figure,
                                 sections)
 
 GENERIC_TABLES = ()
@@ -116,7 +116,7 @@ def arm(recs: list[dict], srcs: tuple, variant: str, agg: str, **fields) -> list
 
 
 def best_on_dev(recs: list[dict], field: str) -> tuple[list[dict], object]:
-    """The records at the value of `field` with the best mean dev objective (experiments.selection), and that value."""
+    """The records at the value of `field` with the best mean dev objective (experiments.evidence.selection), and that value."""
     if not recs:
         return [], None
     chosen = selection.best_dev_over(recs, field)

@@ -1,4 +1,4 @@
-"""experiments/claims.py: verdicts from synthetic records with known differences, the bootstraps against plain numpy,
+"""experiments/evidence/claims.py: verdicts from synthetic records with known differences, the bootstraps against plain numpy,
 selector/pairing and validation errors, and the three real claims.yaml files against the committed records."""
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ import pytest
 from omegaconf import OmegaConf
 from sklearn.metrics import f1_score
 
-from experiments import claims as C
+from experiments.evidence import claims as C
+from experiments.evidence import records as RD
+from experiments.evidence import stats as ST
 from experiments import evaluate as E
 from experiments import metrics as M
 from experiments.results import load_runs
@@ -176,9 +178,9 @@ def _hand_percentile(reps):
 def test_seed_bootstrap_matches_numpy():
     diffs = np.array([0.02, -0.01, 0.04, 0.03])
     (row,) = rows(seeds(diffs), claim(AT_LEAST_M1))
-    rng = np.random.default_rng(C.BOOT_SEED)
+    rng = np.random.default_rng(ST.BOOT_SEED)
     d = diffs * 100
-    hand = d[rng.integers(0, len(d), size=(C.N_BOOT, len(d)))].mean(1)
+    hand = d[rng.integers(0, len(d), size=(ST.N_BOOT, len(d)))].mean(1)
     assert row.outcomes[0].ci == pytest.approx(_hand_percentile(hand), abs=1e-9)
 
 
@@ -192,9 +194,9 @@ def test_paired_example_bootstrap_matches_a_numpy_loop():
     runs = [rec("new", 0, ca.mean(), majority=0.0, per_example={"pred": pred_a.tolist(), "label": label.tolist()}),
             rec("base", 0, cb.mean(), majority=0.0, per_example={"pred": pred_b.tolist(), "label": label.tolist()})]
     (row,) = rows(runs, claim(AT_LEAST_M1))
-    rng = np.random.default_rng(C.BOOT_SEED)
+    rng = np.random.default_rng(ST.BOOT_SEED)
     hand = []
-    for _ in range(C.N_BOOT):  # one index row per resample, the same rows for both arms
+    for _ in range(ST.N_BOOT):  # one index row per resample, the same rows for both arms
         idx = rng.integers(0, n, n)
         hand.append(100 * (ca[idx].mean() - cb[idx].mean()))
     o = row.outcomes[0]
@@ -215,15 +217,15 @@ def test_resampled_macro_f1_and_entity_f1_match_sklearn_and_seqeval():
     y, p = rng.integers(0, 3, 40), rng.integers(0, 3, 40)
     idx = rng.integers(0, 40, size=(5, 40))
     w = np.stack([np.bincount(i, minlength=40) for i in idx])
-    got = C.resampled_metric("eval/f1_macro", {"pred": p.tolist(), "label": y.tolist()}, w)
+    got = ST.resampled_metric("eval/f1_macro", {"pred": p.tolist(), "label": y.tolist()}, w)
     want = [f1_score(y[i], p[i], average="macro", zero_division=0) for i in idx]
     assert got == pytest.approx(want)
     gold = [["B-PER", "I-PER", "O"], ["B-LOC", "O", "B-PER"], ["O", "O", "O"]]
     pred = [["B-PER", "I-PER", "O"], ["B-PER", "O", "B-PER"], ["B-LOC", "O", "O"]]
     pe = {**M.entity_counts(pred, gold), **M.token_counts(pred, gold)}
     ones = np.ones((1, 3))
-    assert C.resampled_metric("eval/entity_f1", pe, ones)[0] == pytest.approx(M.seqeval_f1(pred, gold)["entity_f1"])
-    assert C.resampled_metric("eval/token_f1", pe, ones)[0] == pytest.approx(M.token_f1(pred, gold))
+    assert ST.resampled_metric("eval/entity_f1", pe, ones)[0] == pytest.approx(M.seqeval_f1(pred, gold)["entity_f1"])
+    assert ST.resampled_metric("eval/token_f1", pe, ones)[0] == pytest.approx(M.token_f1(pred, gold))
 
 
 def test_replicates_kept_by_a_method_give_the_interval():
@@ -294,10 +296,10 @@ def test_two_records_for_one_pair_key_are_named_in_the_row_not_a_crash():
 def test_selectors_match_lists_globs_operators_and_null():
     r = rec("new", 3)
     r["config"]["method"]["k"] = None
-    assert C.matches(r, {"method.variant": ["old", "new"], "exp_id": "p/a*", "seed": {"ge": 3}, "method.k": None})
-    assert not C.matches(r, {"seed": {"gt": 3}})
-    assert C.matches(r, {"method.variant": {"not": "old"}, "method.missing": None})
-    assert not C.matches(r, {"method.variant": "ne*x"})
+    assert RD.matches(r, {"method.variant": ["old", "new"], "exp_id": "p/a*", "seed": {"ge": 3}, "method.k": None})
+    assert not RD.matches(r, {"seed": {"gt": 3}})
+    assert RD.matches(r, {"method.variant": {"not": "old"}, "method.missing": None})
+    assert not RD.matches(r, {"method.variant": "ne*x"})
 
 
 def test_scales_are_rows_never_merged_and_legacy_is_labelled():
@@ -393,8 +395,8 @@ def test_evaluate_keeps_per_example_scores_that_reproduce_the_metrics():
     assert pe == {"pred": [0, 1, 0, 1], "label": [0, 1, 1, 1]}
     assert scores["majority_accuracy"] == 0.75 and scores["majority_f1_macro"] == pytest.approx(0.75 / 1.75 * 2 / 2)
     ones = np.ones((1, 4))
-    assert C.resampled_metric("eval/f1_macro", pe, ones)[0] == pytest.approx(scores["f1_macro"])
-    assert C.resampled_metric("eval/accuracy", pe, ones)[0] == pytest.approx(scores["accuracy"])
+    assert ST.resampled_metric("eval/f1_macro", pe, ones)[0] == pytest.approx(scores["f1_macro"])
+    assert ST.resampled_metric("eval/accuracy", pe, ones)[0] == pytest.approx(scores["accuracy"])
     per = M.squad_scores(["the cat", "dog"], [["cat"], ["a bird"]])
     assert per == {"em": [100.0, 0.0], "f1": [100.0, 0.0]}
     assert M.squad_em_f1(["the cat", "dog"], [["cat"], ["a bird"]]) == {"em": 50.0, "f1": 50.0}
@@ -414,7 +416,7 @@ def test_real_claims_files_validate_against_the_committed_records(paper):
         if key in (None, "objective"):
             return any(C.metric_name(r, None) in r.get("metrics", {}) for r in runs)
         if key.startswith("extra."):
-            return any(C.raw_value(r, key) is not None for r in runs)
+            return any(RD.raw_value(r, key) is not None for r in runs)
         return key in metric_keys
     for cl in reg.claims:
         for comp in cl.comparisons:
@@ -507,8 +509,8 @@ def test_example_ci_of_a_one_seed_record_brackets_its_metric_and_refuses_a_misma
     pred = np.where(rng.random(400) < 0.8, label, 1 - label)  # ~80% right
     acc = float((pred == label).mean())
     rec = {"metrics": {"eval/accuracy": acc}, "per_example": {"eval": {"pred": pred.tolist(), "label": label.tolist()}}}
-    lo, hi = C.example_ci(rec, "eval/accuracy", n_boot=500)
+    lo, hi = ST.example_ci(rec, "eval/accuracy", n_boot=500)
     assert lo < acc < hi and 0.04 < hi - lo < 0.1  # ~±2 sd of a binomial proportion at n=400: 2*1.96*0.02
-    assert C.example_ci({**rec, "metrics": {"eval/accuracy": acc * 100}}, "eval/accuracy") is None  # scale mismatch
-    assert C.example_ci({"metrics": {"eval/accuracy": acc}}, "eval/accuracy") is None  # no per-example scores
-    assert C.example_ci(rec, "dev/accuracy") is None
+    assert ST.example_ci({**rec, "metrics": {"eval/accuracy": acc * 100}}, "eval/accuracy") is None  # scale mismatch
+    assert ST.example_ci({"metrics": {"eval/accuracy": acc}}, "eval/accuracy") is None  # no per-example scores
+    assert ST.example_ci(rec, "dev/accuracy") is None

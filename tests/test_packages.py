@@ -5,8 +5,8 @@ import ast
 import pytest
 
 from experiments import registry
-from experiments.claims import load_claims
-from experiments.paper_values import load as load_paper_values
+from experiments.evidence.claims import load_claims
+from experiments.evidence.paper_values import load as load_paper_values
 from tests.conftest import CONF, REPO
 
 PACKAGES = sorted({m.paper for m in registry.METHODS.values() if (REPO / m.paper / "__init__.py").exists()})

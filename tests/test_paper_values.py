@@ -3,7 +3,7 @@ paper row, a declared twin (labelled) or none."""
 import pytest
 import yaml
 
-from experiments.paper_values import PaperValuesError, load, paper_values, parse
+from experiments.evidence.paper_values import PaperValuesError, load, paper_values, parse
 
 DOC = """
 models: {roberta-large: RoBERTa-L, bert-base-uncased: BERT-base}

@@ -6,9 +6,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from experiments import report
+from experiments.evidence import report
 from experiments.metrics import declared, higher_is_better
-from experiments.paper_values import PaperValues, parse
+from experiments.evidence.paper_values import PaperValues, parse
 from experiments.results import write_json
 from tests.conftest import REPO
 
@@ -242,7 +242,7 @@ def test_claims_over_the_committed_records_print_no_bare_numpy_warnings():
     """A ratio over a zero arm and a bootstrap resample without spread are undefined: n/a in the table, quietly."""
     import warnings
 
-    from experiments.claims import claims_section
+    from experiments.evidence.claims import claims_section
     from experiments.results import load_runs
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)

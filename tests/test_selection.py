@@ -1,7 +1,7 @@
-"""experiments/selection.py: the lr chosen per group on dev, known answers on synthetic records."""
+"""experiments/evidence/selection.py: the lr chosen per group on dev, known answers on synthetic records."""
 import pytest
 
-from experiments import selection as S
+from experiments.evidence import selection as S
 
 
 def rec(lr, seed, dev, variant="reduced", task="rt-polarity", eval_=0.5, objective="eval/accuracy", **extra):

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from experiments.tables import GENERATED, Summary, Table, arrow, delta, fmt, label, legacy_note, pyplot, save_figure, \
+from experiments.evidence.tables import GENERATED, Summary, Table, arrow, delta, fmt, label, legacy_note, pyplot, save_figure, \
     scale, summary
 
 
@@ -96,7 +96,7 @@ def test_save_figure_writes_the_plotted_numbers_beside_the_png(tmp_path):
 
 
 def test_caps_state_the_dev_split_and_the_early_stopping():
-    from experiments.tables import caps
+    from experiments.evidence.tables import caps
     run = {"n_samples": {"train_examples": 1000, "dev_examples": 347, "eval_examples": 1244, "max_length": 64},
            "config": {"task": {"name": "rt-polarity"}, "train": {"epochs": 4.0, "patience": 2, "eval_every": 32}},
            "provenance": {"device": "cpu"}}
@@ -108,6 +108,6 @@ def test_caps_state_the_dev_split_and_the_early_stopping():
 
 
 def test_a_one_seed_summary_shows_its_example_ci_instead_of_a_zero_sd():
-    from experiments.tables import summary
+    from experiments.evidence.tables import summary
     assert str(summary([80.871], ci=(78.7, 82.96))) == "80.87 [78.70, 82.96] (n=1, 95% CI over examples)"
     assert str(summary([1.0, 3.0], ci=(0.0, 4.0))).startswith("2.00 ± 1.41 (n=2)")  # seeds: the sd, not the CI

@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from experiments.paper_values import PaperValues, paper_values
+from experiments.evidence.paper_values import PaperValues, paper_values
 
 TABLES = {"SST-2": "Tables 1, 4", "QQP": "Table 2", "MNLI-m": "Table 3"}
 TAUS = ("eat-tau0.80", "eat-tau0.85", "eat-tau0.90", "eat-tau0.90-bs32", "eat-tau0.95")

@@ -129,7 +129,7 @@ def test_headlines_judge_both_claims_and_flag_a_model_that_does_not_do_the_task(
 
 @pytest.mark.slow  # ~4 s: three tiny runs, then the claims machinery on their records
 def test_records_carry_what_the_claims_bootstrap(tmp_path):
-    from experiments import claims as C
+    from experiments.evidence import claims as C
     recs = {}
     for v in ("icl-0", "icl-2", "sft"):
         recs[v] = execute(_cfg(tmp_path, f"method.variant={v}", "method.auc_bootstrap=200", "method.label_space=true",

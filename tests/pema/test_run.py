@@ -7,7 +7,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from experiments.config import ModelConfig
-from experiments.paper_values import paper_values
+from experiments.evidence.paper_values import paper_values
 from experiments.run import execute
 from pema import report
 from pema.run import model_architecture

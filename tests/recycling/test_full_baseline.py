@@ -3,8 +3,9 @@ finetune tier's records, trained with an identical model, task, dev split, caps,
 import pytest
 from omegaconf import OmegaConf
 
-from experiments import claims as C
-from experiments import selection
+from experiments.evidence import claims as C
+from experiments.evidence import records as RD
+from experiments.evidence import selection
 from tests.test_identity import compose_experiment, grid_jobs
 
 # (recycling experiment, the finetune experiment its Full arm comes from)
@@ -62,7 +63,7 @@ def test_full_arm_resolves_to_finetune_records_with_identical_train_and_data(rec
             {k: v for k, v in c["train"].items() if k != "lr"}
         assert full["config"]["model"] == c["model"] and full["config"]["hardware"] == c["hardware"]
         assert selection.same_training(full, mine)
-        assert C.matches(full, b_full)  # the claims' Full arm selects the finetune record
+        assert RD.matches(full, b_full)  # the claims' Full arm selects the finetune record
         checked += 1
     assert checked
 

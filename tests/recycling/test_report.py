@@ -4,7 +4,7 @@ import csv
 
 import pytest
 
-from experiments.report import report
+from experiments.evidence.report import report
 from experiments.run import execute
 from recycling.report import accuracy_tables
 

@@ -3,7 +3,7 @@ differences are table cells subtracted, the trunc layers are the sweep's argmax,
 Fig. 4b is Table 1 rounded), and the inconsistencies the spec lists (§5.5) are recorded, not smoothed over."""
 import pytest
 
-from experiments.paper_values import paper_values
+from experiments.evidence.paper_values import paper_values
 
 TASK = "CoNLL-2012"
 BEST = {"MRPC": 9, "RE": 9, "QA": 8, "NER": 6, "BERT": 10, "Coref": 12}

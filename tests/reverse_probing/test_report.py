@@ -8,8 +8,9 @@ import csv
 
 import pytest
 
-from experiments.claims import evaluate_claims, load_claims, select
-from experiments.selection import SelectionError, best_dev_over
+from experiments.evidence.claims import evaluate_claims, load_claims
+from experiments.evidence.records import select
+from experiments.evidence.selection import SelectionError, best_dev_over
 from reverse_probing.report import build
 
 SEEDS = (0, 1, 2)

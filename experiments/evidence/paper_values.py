@@ -193,7 +193,7 @@ def parse(data, path: Path) -> PaperValues:
     unknown = [k for k in data if k not in SECTIONS]
     if unknown:
         _fail(path, "top level", f"unknown section(s) {unknown}; the schema has {list(SECTIONS)} "
-                                 "(experiments/paper_values.py)")
+                                 "(experiments/evidence/paper_values.py)")
     pv = PaperValues(path=path)
     for i, e in enumerate(data.get("cells") or []):
         cell = _cell(path, i, e)

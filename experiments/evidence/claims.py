@@ -38,8 +38,6 @@ hardware plus offline stand-ins vs the paper's own models and data, never merged
 """
 from __future__ import annotations
 
-import fnmatch
-import itertools
 import json
 import logging
 import math
@@ -53,17 +51,17 @@ from typing import Any
 import numpy as np
 import yaml
 
-from experiments import metrics as M
-from experiments import selection
+from experiments.evidence import selection
+from experiments.evidence.records import (_OPS, MISSING, SelectError, field_of, metric_name, multiplier,
+                                          raw_value, select, value_of)
+from experiments.evidence.signal import SIGNAL_MARGIN_POINTS, not_doing_task, run_name
+from experiments.evidence.stats import (BOOT_SEED, LEVEL, N_BOOT, bootstrap_examples, bootstrap_seeds,
+                                        count_examples, per_example, percentile_ci, resampled_metric)
 from experiments.results import legacy_reason, load_runs
 
 log = logging.getLogger(__name__)
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 VERDICTS = ("holds", "does not hold", "inconclusive", "not testable here")
-N_BOOT = 2000
-BOOT_SEED = 0
-LEVEL = 0.95
-SIGNAL_MARGIN_POINTS = 2.0  # an arm within this many points of the majority-class score is not doing its task
 SEED = "seed"
 
 TEST_KINDS = ("difference", "ratio", "equal_within", "direction", "exact", "correlation", "spread")
@@ -79,14 +77,6 @@ _TEST_KEYS = {
 _CLAIM_KEYS = {"id", "claim", "paper", "compare", "needs_signal", "not_testable", "evidence"}
 _COMPARE_KEYS = {"label", "metric", "b_metric", "per", "scale", "units", "reduce", "a", "b", "expected", "pair_by",
                  "test", "x", "y", "across"}
-_OPS = {"gt": np.greater, "ge": np.greater_equal, "lt": np.less, "le": np.less_equal}
-# task metrics: scores a constant predictor can be compared with (0-100 ones are marked)
-_PERCENT_METRICS = {"em", "f1"}
-_ZERO_BASELINE = {**dict.fromkeys(("entity_f1", "entity_precision", "entity_recall", "token_f1"), "an all-O tagger"),
-                  **dict.fromkeys(("em", "f1"), "the empty answer"),
-                  **dict.fromkeys(("mcc", "pearson", "spearman"), "a constant predictor")}
-_MAJORITY_METRICS = {"accuracy", "f1_macro", "f1_micro"}
-TASK_METRICS = _MAJORITY_METRICS | set(_ZERO_BASELINE)
 
 
 class ClaimsError(ValueError):
@@ -168,7 +158,7 @@ def load_claims(source: str | Path) -> Registry:
     the claim and the key at fault."""
     path = Path(source) if str(source).endswith((".yaml", ".yml")) else claims_path(str(source))
     if not path.exists():
-        raise ClaimsError(f"{path}: no claims file; every paper package has one (see experiments/claims.py)")
+        raise ClaimsError(f"{path}: no claims file; every paper package has one (see experiments/evidence/claims.py)")
     try:
         doc = yaml.safe_load(path.read_text())
     except yaml.YAMLError as e:
@@ -339,320 +329,6 @@ def _distinct(selectors: list[dict]) -> list[str]:
     return [", ".join(str(s.get(k)) for k in keys) for s in selectors]
 
 
-# ---------------------------------------------------------------- reading records
-
-_MISSING = object()
-
-
-def field_of(record: dict, path: str) -> Any:
-    """A dotted config field of a record (`seed`, `model.name`, `exp_id`); _MISSING when absent."""
-    node: Any = record.get("config", {})
-    for part in path.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return _MISSING
-        node = node[part]
-    return node
-
-
-def matches(record: dict, selector: dict) -> bool:
-    for path, want in selector.items():
-        if path == "select":  # not a config field: how to choose among the matching records (`select`)
-            continue
-        have = field_of(record, path)
-        have = None if have is _MISSING else have
-        if not _match_value(have, want):
-            return False
-    return True
-
-
-def _match_value(have: Any, want: Any) -> bool:
-    if isinstance(want, list):
-        return _same_items(have, want) or any(_match_value(have, w) for w in want)
-    if isinstance(want, dict):
-        (op, arg), = want.items()
-        if op == "not":
-            return not _match_value(have, arg)
-        return have is not None and not isinstance(have, (str, bool)) and bool(_OPS[op](have, arg))
-    if isinstance(want, str) and isinstance(have, str) and any(ch in want for ch in "*?["):
-        return fnmatch.fnmatchcase(have, want)
-    if isinstance(want, bool) or isinstance(have, bool):
-        return have is want
-    if isinstance(want, (int, float)) and isinstance(have, (int, float)):
-        return float(have) == float(want)
-    return have == want
-
-
-def _same_items(have: Any, want: list) -> bool:
-    """A list-valued field (method.sources) against a list selector: the same items in any order, each a value or a
-    glob (["*"]: any one item); otherwise a list selector means any of its values."""
-    if not isinstance(have, list) or len(have) != len(want) or len(have) > 8:
-        return False
-    return any(all(_match_value(h, w) for h, w in zip(p, want)) for p in itertools.permutations(have))
-
-
-def select(runs: list[dict], selector: dict) -> list[dict]:
-    """The records a selector names, one per computation (deduplicated after selecting, so a selector on exp_id finds
-    its experiment's copy of a run that another experiment also published); with `select: best_dev`, only those at
-    each group's lr chosen on dev."""
-    chosen = selection.dedupe([r for r in runs if matches(r, selector)])
-    try:
-        return selection.apply(selector.get("select"), chosen)
-    except selection.SelectionError as e:
-        raise ClaimsError(str(e)) from e
-
-
-def metric_name(record: dict, metric: str | None) -> str:
-    """The metrics key a comparison reads from this record (`objective`/None: the record's task objective)."""
-    if metric in (None, "objective"):
-        obj = field_of(record, "task.objective")
-        return "eval/accuracy" if obj is _MISSING or obj is None else obj
-    return metric
-
-
-def raw_value(record: dict, key: str) -> Any:
-    """A metrics key, or extra.<path> into record["extra"] (falling back to the last eval checkpoint of a record
-    that keeps checkpoints: its final evaluation); None when absent."""
-    if key.startswith("extra."):
-        extra = record.get("extra") or {}
-        evals = [c for c in extra.get("checkpoints") or [] if isinstance(c, dict) and c.get("split") == "eval"]
-        for node in (extra, evals[-1] if evals else None):
-            for part in key[len("extra."):].split("."):
-                if not isinstance(node, dict) or part not in node:
-                    node = None
-                    break
-                node = node[part]
-            if node is not None:
-                return node
-        return None
-    return record.get("metrics", {}).get(key)
-
-
-def _short(key: str) -> str:
-    return key.rsplit("/", 1)[-1]
-
-
-def _points(key: str) -> float:
-    """The size of one point in this metric's units (fractions: 0.01; 0-100 scores: 1)."""
-    return 1.0 if _short(key) in _PERCENT_METRICS else 0.01
-
-
-def _multiplier(comp: Comparison, key: str) -> float:
-    m = comp.scale
-    if comp.units == "points" and _short(key) in TASK_METRICS and _short(key) not in _PERCENT_METRICS:
-        m *= 100.0
-    return m
-
-
-def value_of(record: dict, comp: Comparison, metric: str | None) -> tuple[Any, str]:
-    """(value or None, the key it came from): the metric, divided by `per`, times scale/units."""
-    key = metric_name(record, metric)
-    v = raw_value(record, key)
-    if v is None:
-        return None, key
-    v = np.asarray(v, dtype=float) if isinstance(v, list) else float(v)
-    if comp.per:
-        d = raw_value(record, comp.per)
-        if d is None or float(d) == 0:
-            return None, key
-        v = v / float(d)
-    return v * _multiplier(comp, key), key
-
-
-# ---------------------------------------------------------------- is an arm doing its task?
-
-_MAJORITY_CACHE: dict[str, dict[str, float] | None] = {}
-
-
-def _pred_counts(record: dict) -> list[int] | None:
-    """Predictions per label: per-example predictions, or intrinsic_dim's counts (top level or last eval checkpoint)."""
-    pe = (record.get("per_example") or {}).get("eval") or {}
-    if pe.get("pred"):
-        return list(Counter(pe["pred"]).values())
-    extra = record.get("extra") or {}
-    if isinstance(extra.get("pred_counts"), list):
-        return extra["pred_counts"]
-    evals = [c for c in extra.get("checkpoints") or [] if isinstance(c, dict) and c.get("split") == "eval"]
-    if evals and isinstance(evals[-1].get("pred_counts"), list):
-        return evals[-1]["pred_counts"]
-    return None
-
-
-def _majority_from_extra(record: dict) -> float | None:
-    extra = record.get("extra") or {}
-    if isinstance(extra.get("majority_rate"), (int, float)):
-        return float(extra["majority_rate"])
-    evals = [c for c in extra.get("checkpoints") or [] if isinstance(c, dict) and c.get("split") == "eval"]
-    if evals and isinstance(evals[-1].get("majority_rate"), (int, float)):
-        return float(evals[-1]["majority_rate"])
-    return None
-
-
-def _majority_from_data(record: dict) -> dict[str, float] | None:
-    """Majority baselines of the eval split the record's config names (offline assets; cached per task/limits)."""
-    task, data = record.get("config", {}).get("task"), record.get("config", {}).get("data")
-    if not isinstance(task, dict) or not isinstance(data, dict) or task.get("type") not in ("cls", "pair"):
-        return None
-    key = json.dumps([task, data], sort_keys=True, default=str)
-    if key not in _MAJORITY_CACHE:
-        try:
-            import datasets
-            from omegaconf import OmegaConf
-
-            from experiments.data import load_splits
-            datasets.disable_progress_bars()
-            labels = load_splits(OmegaConf.create(task), OmegaConf.create(data))["eval"][task["label_field"]]
-            _MAJORITY_CACHE[key] = M.majority_baselines(labels, sorted(_MAJORITY_METRICS)) or None
-        except Exception as e:  # no asset, no hub: the baseline is unknown, and the claim says so
-            log.info("majority baseline of %s not computable: %s", task.get("name"), e)
-            _MAJORITY_CACHE[key] = None
-    return _MAJORITY_CACHE[key]
-
-
-def majority_baseline(record: dict, key: str) -> tuple[float, str] | None:
-    """(what a constant predictor scores on `key`, where that number comes from), or None when unknown."""
-    split, name = (key.split("/", 1) + [""])[:2] if "/" in key else ("eval", key)
-    stored = record.get("metrics", {}).get(f"{split}/majority_{name}")
-    if stored is not None:
-        return float(stored), "the record"
-    if name in _ZERO_BASELINE:
-        return 0.0, _ZERO_BASELINE[name]
-    if name == "accuracy" and _majority_from_extra(record) is not None:
-        return _majority_from_extra(record), "the record"
-    if name in _MAJORITY_METRICS:
-        from_data = _majority_from_data(record)
-        if from_data and f"majority_{name}" in from_data:
-            return from_data[f"majority_{name}"], "the eval split"
-    return None
-
-
-def not_doing_task(record: dict, metric: str | None) -> str | None:
-    """Why this arm is not doing its task (None when it is): constant predictions, or a score less than 2 points
-    above the majority-class score. The score is the compared metric when it is a task metric, else the task's
-    objective (an ID AUC says nothing about whether the model answers)."""
-    counts = _pred_counts(record)
-    name = _name(record)
-    if counts is not None and sum(1 for c in counts if c > 0) <= 1:
-        return f"{name}: constant predictions"
-    pe = (record.get("per_example") or {}).get("eval") or {}
-    if "tp" in pe and "fp" in pe and sum(pe["tp"]) + sum(pe["fp"]) == 0:
-        return f"{name}: predicts no entity at all"
-    key = metric_name(record, metric)
-    if _short(key) not in TASK_METRICS:
-        key = metric_name(record, None)
-    value = raw_value(record, key)
-    if value is None:
-        return f"{name}: no {key} to check it against the majority class"
-    base = majority_baseline(record, key)
-    if base is None:
-        return f"{name}: majority baseline unknown for {key}"
-    margin = SIGNAL_MARGIN_POINTS * _points(key)
-    if float(value) < base[0] + margin:
-        what = base[1] if base[1] in _ZERO_BASELINE.values() else "majority class"
-        return f"{name}: {_short(key)} {float(value):.3f} vs {what} {base[0]:.3f}"
-    return None
-
-
-def _name(record: dict) -> str:
-    parts = [field_of(record, p) for p in ("task.name", "model.name", "method.variant")]
-    return "/".join(str(p) for p in parts if p is not _MISSING and p is not None) or record.get("run_id", "?")
-
-
-# ---------------------------------------------------------------- per-example scores and the bootstrap
-
-def _per_example(record: dict) -> dict | None:
-    pe = (record.get("per_example") or {}).get("eval")
-    return pe if isinstance(pe, dict) and pe else None
-
-
-def _f1(tp, fp, fn):
-    denom = 2 * tp + fp + fn
-    return np.divide(2 * tp, denom, out=np.zeros_like(denom, dtype=float), where=denom > 0)
-
-
-def resampled_metric(key: str, pe: dict, weights: np.ndarray) -> np.ndarray | None:
-    """The metric `key` recomputed from per-example scores under each row of example weights (B, n): a resample
-    is a row of multiplicities. None when `key` cannot be recomputed from what the record kept."""
-    name = _short(key)
-    w = np.asarray(weights, dtype=float)
-    n = w.sum(1)
-
-    def s(col):
-        return w @ np.asarray(pe[col], dtype=float)
-    try:
-        if name in ("accuracy", "f1_micro") and "pred" in pe:
-            return w @ (np.asarray(pe["pred"]) == np.asarray(pe["label"])).astype(float) / n
-        if name == "f1_macro" and "pred" in pe:
-            p, y = np.asarray(pe["pred"]), np.asarray(pe["label"])
-            total = np.zeros(len(w))
-            present = np.zeros(len(w))
-            for c in np.union1d(p, y):
-                tp, fp, fn = w @ ((p == c) & (y == c)), w @ ((p == c) & (y != c)), w @ ((p != c) & (y == c))
-                total += _f1(tp, fp, fn)
-                present += (tp + fp + fn) > 0  # sklearn averages over the labels present in the sample
-            return total / np.maximum(present, 1)
-        if name == "entity_f1" and "tp" in pe:
-            return _f1(s("tp"), s("fp"), s("fn"))
-        if name == "entity_precision" and "tp" in pe:
-            tp, fp = s("tp"), s("fp")
-            return np.divide(tp, tp + fp, out=np.zeros_like(tp), where=tp + fp > 0)
-        if name == "entity_recall" and "tp" in pe:
-            tp, fn = s("tp"), s("fn")
-            return np.divide(tp, tp + fn, out=np.zeros_like(tp), where=tp + fn > 0)
-        if name == "token_f1" and "token_tp" in pe:
-            return _f1(s("token_tp"), s("token_fp"), s("token_fn"))
-        if name in ("em", "f1") and name in pe:
-            return s(name) / n
-    except (KeyError, ValueError):
-        return None
-    return None
-
-
-def _n_examples(pe: dict) -> int:
-    return len(next(iter(pe.values())))
-
-
-def resample_weights(rng: np.random.Generator, n: int, n_boot: int, chunk: int = 250):
-    """Yield (b, n) multiplicity matrices: row i counts how often each example is drawn in resample i, drawn as
-    rng.integers(0, n, size=(b, n)) chunk after chunk (the same stream as one index row per resample)."""
-    for start in range(0, n_boot, chunk):
-        b = min(chunk, n_boot - start)
-        idx = rng.integers(0, n, size=(b, n))
-        flat = (idx + np.arange(b)[:, None] * n).ravel()
-        yield np.bincount(flat, minlength=b * n).reshape(b, n)
-
-
-def bootstrap_seeds(values: np.ndarray, rng: np.random.Generator, n_boot: int = N_BOOT) -> np.ndarray:
-    """Means of `values` (one per seed) over resampled seeds."""
-    idx = rng.integers(0, len(values), size=(n_boot, len(values)))
-    return values[idx].mean(1)
-
-
-def bootstrap_examples(stat, n: int, rng: np.random.Generator, n_boot: int = N_BOOT) -> np.ndarray:
-    """`stat(weights) -> (b,)` over resampled examples; paired when `stat` applies the same weights to both arms."""
-    return np.concatenate([stat(w) for w in resample_weights(rng, n, n_boot)])
-
-
-def percentile_ci(reps: np.ndarray, level: float = LEVEL) -> tuple[float, float]:
-    tail = 100 * (1 - level) / 2
-    lo, hi = np.percentile(reps, [tail, 100 - tail])
-    return float(lo), float(hi)
-
-
-def example_ci(record: dict, key: str, n_boot: int = N_BOOT, seed: int = 0) -> tuple[float, float] | None:
-    """95% percentile CI of one run's `key` over resampled eval examples (what a one-seed table cell can show), or
-    None when the record kept no per-example scores that reproduce its metric (the check guards against a scale or
-    definition mismatch between the metric and its per-example form)."""
-    pe, value = _per_example(record), (record.get("metrics") or {}).get(key)
-    if pe is None or value is None or not key.startswith("eval/"):
-        return None
-    n = _n_examples(pe)
-    whole = resampled_metric(key, pe, np.ones((1, n)))
-    if whole is None or not math.isclose(float(whole[0]), float(value), rel_tol=1e-6, abs_tol=1e-9):
-        return None
-    rng = np.random.default_rng(seed)
-    return percentile_ci(bootstrap_examples(lambda w: resampled_metric(key, pe, w), n, rng, n_boot))
-
-
 # ---------------------------------------------------------------- evaluating one comparison
 
 @dataclass
@@ -676,7 +352,7 @@ def _pair(comp: Comparison, claim_id: str, a_runs: list[dict], b_runs: list[dict
     def keyed(runs, side):
         out: dict[tuple, dict] = {}
         for r in runs:
-            k = tuple(json.dumps(None if (v := field_of(r, p)) is _MISSING else v, default=str)
+            k = tuple(json.dumps(None if (v := field_of(r, p)) is MISSING else v, default=str)
                       for p in comp.pair_by)
             if k in out:
                 raise ClaimsError(
@@ -697,7 +373,7 @@ def _expected(comp: Comparison, record: dict) -> float | None:
     if isinstance(comp.expected, (int, float)):
         return float(comp.expected)
     v = field_of(record, comp.expected["by"])
-    got = comp.expected["values"].get(v) if v is not _MISSING else None
+    got = comp.expected["values"].get(v) if v is not MISSING else None
     return None if got is None else float(got)
 
 
@@ -769,13 +445,13 @@ def evaluate_comparison(claim: Claim, comp: Comparison, runs: list[dict]) -> Out
                 vb = _expected(comp, ra)
             if va is None or (comp.statistic != "value" and vb is None):
                 missing = key if va is None else (comp.b_metric or metric_name(rb, comp.metric))
-                out.reason = f"{_name(ra if va is None else rb)} has no {missing}"
+                out.reason = f"{run_name(ra if va is None else rb)} has no {missing}"
                 return out
             if np.ndim(va) == 0:
                 a_values.append(float(va))
             s = _stat(comp, va, vb)
             if s is None:
-                out.reason = f"{_name(ra)}: {key} has no finite values"
+                out.reason = f"{run_name(ra)}: {key} has no finite values"
                 return out
             stats.append(s)
         stats_arr = np.asarray(stats)
@@ -846,17 +522,17 @@ def _example_reps(comp: Comparison, ra: dict, rb: dict | None, rng) -> tuple[np.
         return (*reps, "replicates")
     if comp.reduce:
         return None
-    pa = _per_example(ra)
+    pa = per_example(ra)
     if pa is None:
         return None
-    mult = _multiplier(comp, key)
+    mult = multiplier(comp, key)
     two = comp.statistic != "value" and comp.expected is None
-    pb = _per_example(rb) if two else None
-    if two and (pb is None or _n_examples(pa) != _n_examples(pb) or metric_name(rb, comp.metric) != key
+    pb = per_example(rb) if two else None
+    if two and (pb is None or count_examples(pa) != count_examples(pb) or metric_name(rb, comp.metric) != key
                 or ra["config"].get("data") != rb["config"].get("data")
                 or field_of(ra, "task.name") != field_of(rb, "task.name")):
         return None  # not the same eval examples: no paired resample
-    n = _n_examples(pa)
+    n = count_examples(pa)
     ones = np.ones((1, n))
     ma, mb = resampled_metric(key, pa, ones), resampled_metric(key, pb, ones) if two else None
     if ma is None or (two and mb is None):
@@ -891,7 +567,7 @@ def _replicate_reps(comp: Comparison, key: str, ra: dict, rb: dict | None) -> tu
     a = _replicates(ra, key)
     if a is None:
         return None
-    mult = _multiplier(comp, key)
+    mult = multiplier(comp, key)
     if comp.statistic == "value":
         return a * mult, len(a)
     if comp.expected is not None:
@@ -913,7 +589,7 @@ def _reduced_replicate_reps(comp: Comparison, key: str, ra: dict, rb: dict | Non
     a = curves(ra)
     if a is None:
         return None
-    mult = _multiplier(comp, key)
+    mult = multiplier(comp, key)
     if comp.statistic == "value" or comp.expected is not None:
         e = None if comp.statistic == "value" else _expected(comp, ra)
         b = None if comp.statistic == "value" else np.full_like(a, np.nan if e is None else e)
@@ -993,11 +669,11 @@ def _correlation(claim: Claim, comp: Comparison, runs: list[dict]) -> Outcome:
     for r in recs:
         x, y = raw_value(r, comp.x), raw_value(r, comp.y)
         if x is None or y is None:
-            out.reason = f"{_name(r)} has no {comp.x if x is None else comp.y}"
+            out.reason = f"{run_name(r)} has no {comp.x if x is None else comp.y}"
             return out
         x, y = np.asarray(x, dtype=float).ravel(), np.asarray(y, dtype=float).ravel()
         if x.shape != y.shape:
-            out.reason = f"{_name(r)}: {comp.x} and {comp.y} differ in length"
+            out.reason = f"{run_name(r)}: {comp.x} and {comp.y} differ in length"
             return out
         keep = np.isfinite(x) & np.isfinite(y)
         xs.append(x[keep])
@@ -1038,7 +714,7 @@ def _spread(claim: Claim, comp: Comparison, runs: list[dict]) -> Outcome:
             continue
         v, key = value_of(r, comp, comp.metric)
         if v is None:
-            out.reason = f"{_name(r)} has no {key}"
+            out.reason = f"{run_name(r)} has no {key}"
             return out
         g = tuple(json.dumps(field_of(r, p), default=str) for p in comp.pair_by if p != comp.across)
         groups.setdefault(g, {})[json.dumps(field_of(r, comp.across), default=str)] = float(v)
@@ -1060,9 +736,9 @@ def _spread(claim: Claim, comp: Comparison, runs: list[dict]) -> Outcome:
 def scale_key(record: dict) -> tuple[str, str]:
     """(hardware, 'offline stand-ins' | 'paper scale'): rows of different scales are never merged."""
     hw = record.get("provenance", {}).get("hardware") or field_of(record, "hardware.name")
-    hw = "?" if hw is _MISSING or hw is None else str(hw)
+    hw = "?" if hw is MISSING or hw is None else str(hw)
     sources = {field_of(record, p) for p in ("model.source", "task.source", "data.source")}
-    offline = bool(sources & {"offline", "fixture"}) or field_of(record, "model.from_config") not in (_MISSING, None)
+    offline = bool(sources & {"offline", "fixture"}) or field_of(record, "model.from_config") not in (MISSING, None)
     return hw, "offline stand-ins" if offline else "paper scale"
 
 
@@ -1103,10 +779,10 @@ def _scale_label(registry: Registry, key: tuple[str, str], records: list[dict]) 
         out = []
         for r in records:
             name = field_of(r, f"{kind}.name")
-            if name is _MISSING or name is None:
+            if name is MISSING or name is None:
                 continue
             paper = registry.stand_ins.get(name) or field_of(r, f"{kind}.stand_in_for")
-            out.append(f"{name} for {paper}" if paper not in (_MISSING, None, "") else str(name))
+            out.append(f"{name} for {paper}" if paper not in (MISSING, None, "") else str(name))
         return sorted(dict.fromkeys(out))
     parts = [f"{key[0]}, {key[1]}"]
     names = named("task") + named("model")
@@ -1152,7 +828,7 @@ def evaluate_claims(paper: str, runs: list[dict], results_dir: Path | None = Non
             try:
                 outcomes = [o for o in (evaluate_comparison(claim, c, scales[key]) for c in claim.comparisons)
                             if o.records]
-            except ClaimsError as e:  # e.g. two records for one pair: say so in the row, keep the report going
+            except (ClaimsError, SelectError) as e:  # e.g. two records for one pair: say so in the row, keep the report going
                 claim_rows.append(Row(claim, f"{key[0]}, {key[1]}", "not testable here", str(e), [], []))
                 continue
             if not outcomes:
@@ -1290,3 +966,4 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
