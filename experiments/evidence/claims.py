@@ -61,7 +61,9 @@ from experiments.results import legacy_reason, load_runs
 
 log = logging.getLogger(__name__)
 REPO = Path(__file__).resolve().parents[2]
-VERDICTS = ("holds", "does not hold", "inconclusive", "not testable here")
+VERDICTS = ("holds", "does not hold", "inconclusive", "partly tested", "not testable here", "not run")
+# what a claim is: only `paper` claims say whether the paper holds; the rest are counted apart
+KINDS = ("paper", "target", "implementation", "by-construction", "premise")
 SEED = "seed"
 
 TEST_KINDS = ("difference", "ratio", "equal_within", "direction", "exact", "correlation", "spread")
@@ -138,6 +140,10 @@ class Claim:
     needs_signal: bool
     not_testable: str | None = None
     evidence: tuple[str, ...] = ()
+    kind: str = "paper"
+    why: str | None = None  # by-construction claims: why the row is still worth showing
+    exact: str | None = None  # deterministic quantities: decided on the value, no interval (the reason why)
+    registered: str | None = None  # the commit at which this definition (compare, exact, needs_signal) was set
 
 
 @dataclass(frozen=True)
@@ -344,6 +350,15 @@ class Outcome:
     notes: list[str] = field(default_factory=list)
     unfit: list[str] = field(default_factory=list)  # arms not doing their task (their groups are left out)
     shown: str | None = None  # what "ours" prints before the interval, when not the bare estimate
+    statistic: str = ""  # what the estimate is, in words and units: "a - b, accuracy points", "r", "value - paper"
+    interval: str = ""  # how the interval was made: "t over 3 seeds (df 2)", "paired bootstrap over 500 examples"
+    a_mean: float | None = None  # the a arm's mean (and b's, or the paper's constant), in the statistic's units
+    b_mean: float | None = None
+    p: float | None = None  # one-sided p-value of the decided direction (None: undecided or exact)
+    parts: tuple[int, int] = (0, 0)  # (groups decided, groups the comparison names: run or not)
+    baseline: str | None = None  # the trivial predictor an unfit arm was held against ("majority class", ...)
+    baseline_failed: bool = False  # only the b arm (the claim's baseline) is not doing its task
+    fragile: list[str] = field(default_factory=list)  # checks under which the verdict flips
 
 
 def _pair(comp: Comparison, claim_id: str, a_runs: list[dict], b_runs: list[dict] | None) -> list[tuple]:
@@ -751,6 +766,10 @@ class Row:
     outcomes: list[Outcome]
     evidence: list[Path]
     legacy: bool = False
+    parts: tuple[int, int] = (0, 0)  # (groups decided, groups named) over all comparisons
+    fragile: list[str] = field(default_factory=list)
+    post_hoc: str | None = None  # why the records predate the claim's registration (None: registered first)
+    holm: bool | None = None  # survives Holm across the paper's decided statistical tests (None: not such a test)
 
 
 def _combine(outcomes: list[Outcome]) -> str:

@@ -1,16 +1,95 @@
-"""The statistics of the evidence layer, in one place: per-example metrics under resampling weights, bootstrap
-replicates and percentile intervals."""
+"""The statistics of the evidence layer, in one place. Every interval the reports print comes from here:
+
+- over seeds (or timing rounds): a Student t interval, mean +- t(n-1) * sd / sqrt(n). A percentile bootstrap over
+  three values returns their min and max, a ~75 % interval that calls itself 95 %; t says what three seeds can show.
+- over evaluated examples of one run: a paired percentile bootstrap (per-example scores, the same resampled examples
+  in both arms); it covers test-set noise only, not the training seed.
+- over replicates a run kept (record["extra"]["replicates"]): those replicates, as they are, never redrawn.
+
+`one_sided_p` turns either kind into the p-value of a decided direction, for the Holm correction across a paper."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
+from scipy import stats as _scipy_stats
 
 from experiments.evidence.records import short
 
 N_BOOT = 2000
 BOOT_SEED = 0
 LEVEL = 0.95
+MIN_CORRELATION_POINTS = 8  # below this a bootstrap r is +-1 or the point itself: no interval worth printing
+
+
+@dataclass(frozen=True)
+class Interval:
+    """An estimate with its interval and how it was made. `how`: "t" (over `n` seeds or rounds, df n-1),
+    "examples" (paired bootstrap over n examples), "replicates" (n kept replicates), "exact" (no noise: lo == hi)."""
+    estimate: float
+    lo: float
+    hi: float
+    how: str
+    n: int
+    se: float | None = None  # t intervals: the standard error; bootstraps: None (their replicates carry it)
+    reps: np.ndarray | None = None  # bootstrap intervals: the replicates (for p-values and group averages)
+
+    @property
+    def ci(self) -> tuple[float, float]:
+        return self.lo, self.hi
+
+
+def t_interval(values, level: float = LEVEL) -> Interval | None:
+    """Mean of `values` (one per seed or timing round) with a Student t interval; None below 2 finite values."""
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v)]
+    if len(v) < 2:
+        return None
+    m, se = float(v.mean()), float(v.std(ddof=1) / math.sqrt(len(v)))
+    h = float(_scipy_stats.t.ppf(0.5 + level / 2, len(v) - 1)) * se
+    return Interval(m, m - h, m + h, "t", len(v), se=se)
+
+
+def t_from_se(estimate: float, se: float, df: float, n: int, level: float = LEVEL) -> Interval:
+    """A t interval from a standard error already combined over groups (df: its degrees of freedom)."""
+    h = float(_scipy_stats.t.ppf(0.5 + level / 2, max(df, 1))) * se
+    return Interval(estimate, estimate - h, estimate + h, "t", n, se=se)
+
+
+def replicate_interval(estimate: float, reps, how: str, level: float = LEVEL) -> Interval:
+    """A percentile interval from bootstrap replicates (examples resampled here, or replicates a run kept)."""
+    reps = np.asarray(reps, dtype=float)
+    lo, hi = percentile_ci(reps, level)
+    return Interval(estimate, lo, hi, how, len(reps), reps=reps)
+
+
+def one_sided_p(iv: Interval, bound: float, above: bool, df: float | None = None) -> float:
+    """p-value that the true statistic lies on the other side of `bound` than the interval says (above: the claim
+    is "statistic > bound"). t intervals: Student t with `df` (default n-1); bootstraps: the share of replicates on
+    the wrong side (never below 1 / (replicates + 1)); exact values: 0 or 1."""
+    if iv.how == "exact" or (iv.se is not None and iv.se == 0):
+        return 0.0 if (iv.estimate > bound if above else iv.estimate < bound) else 1.0
+    if iv.se is not None:
+        t = (iv.estimate - bound) / iv.se
+        d = df if df is not None else iv.n - 1
+        return float(_scipy_stats.t.sf(t, d) if above else _scipy_stats.t.cdf(t, d))
+    reps = iv.reps
+    wrong = np.sum(reps <= bound) if above else np.sum(reps >= bound)
+    return float((wrong + 1) / (len(reps) + 1))
+
+
+def holm(pvalues: list[float], alpha: float = 0.025) -> list[bool]:
+    """Which of the tests survive Holm's step-down correction at family-wise `alpha` (one-sided 0.025: the same per
+    test level as a two-sided 95 % interval)."""
+    order = sorted(range(len(pvalues)), key=lambda i: pvalues[i])
+    keep = [False] * len(pvalues)
+    for rank, i in enumerate(order):
+        if pvalues[i] > alpha / (len(pvalues) - rank):
+            break
+        keep[i] = True
+    return keep
+
 
 def per_example(record: dict) -> dict | None:
     pe = (record.get("per_example") or {}).get("eval")
