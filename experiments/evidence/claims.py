@@ -52,11 +52,13 @@ import numpy as np
 import yaml
 
 from experiments.evidence import selection
-from experiments.evidence.records import (_OPS, MISSING, SelectError, field_of, metric_name, multiplier,
+from experiments.evidence.records import (_OPS, MISSING, SelectError, field_of, metric_name, multiplier, points,
                                           raw_value, select, value_of)
-from experiments.evidence.signal import SIGNAL_MARGIN_POINTS, not_doing_task, run_name
-from experiments.evidence.stats import (BOOT_SEED, LEVEL, N_BOOT, bootstrap_examples, bootstrap_seeds,
-                                        count_examples, per_example, percentile_ci, resampled_metric)
+from experiments.evidence.signal import SIGNAL_MARGIN_POINTS, Signal, not_doing_task, run_name, signal
+from experiments.evidence.stats import (BOOT_SEED, LEVEL, MIN_CORRELATION_POINTS, N_BOOT, Interval,
+                                        bootstrap_examples, count_examples, example_ci, holm, one_sided_p,
+                                        per_example, replicate_interval, resampled_metric, t_from_se,
+                                        t_interval)
 from experiments.results import legacy_reason, load_runs
 
 log = logging.getLogger(__name__)
@@ -76,9 +78,11 @@ _TEST_KEYS = {
     "correlation": {"at_least", "at_most"},
     "spread": {"at_least", "at_most"},
 }
-_CLAIM_KEYS = {"id", "claim", "paper", "compare", "needs_signal", "not_testable", "evidence"}
+_CLAIM_KEYS = {"id", "kind", "why", "exact", "registered", "claim", "paper", "compare", "needs_signal",
+               "not_testable", "evidence"}
 _COMPARE_KEYS = {"label", "metric", "b_metric", "per", "scale", "units", "reduce", "a", "b", "expected", "pair_by",
-                 "test", "x", "y", "across"}
+                 "test", "x", "y", "across", "rounds"}
+ROUNDS_AS = ("value", "ratio", "pct", "difference")
 
 
 class ClaimsError(ValueError):
@@ -121,6 +125,7 @@ class Comparison:
     x: str | None = None
     y: str | None = None
     across: str | None = None
+    rounds: dict | None = None  # timing rounds behind the metric: {a: path, b: path or [paths], as: value|ratio|...}
 
     @property
     def statistic(self) -> str:
@@ -207,9 +212,18 @@ def _parse_claim(raw: dict, fail) -> Claim:
     unknown = set(raw) - _CLAIM_KEYS
     if unknown:
         fail(sorted(unknown)[0], f"unknown key; valid: {', '.join(sorted(_CLAIM_KEYS))}")
-    for key in ("id", "claim", "paper", "needs_signal"):
+    for key in ("id", "kind", "claim", "paper", "needs_signal"):
         if key not in raw:
-            fail(key, "missing (every claim has id, claim, paper {where, values}, compare and needs_signal)")
+            fail(key, "missing (every claim has id, kind, claim, paper {where, values}, compare and needs_signal)")
+    if raw["kind"] not in KINDS:
+        fail("kind", f"{raw['kind']!r} is not one of {', '.join(KINDS)} (paper: the paper claims it; target: ours; "
+                     "implementation: an exact check of the code; by-construction: true by arithmetic; premise: a "
+                     "precondition of the experiment)")
+    for key in ("why", "exact", "registered"):
+        if key in raw and (not isinstance(raw[key], str) or not raw[key].strip()):
+            fail(key, f"{raw[key]!r} must be a one-line string")
+    if raw["kind"] == "by-construction" and "why" not in raw:
+        fail("why", "missing: a by-construction claim cannot fail short of a bug; say why the row is worth showing")
     if not isinstance(raw["id"], str) or not re.fullmatch(r"[a-z0-9][a-z0-9-]*", raw["id"]):
         fail("id", f"{raw['id']!r} must be a lower-case slug (letters, digits, '-'), stable for links")
     if not isinstance(raw["claim"], str) or not raw["claim"].strip():
@@ -235,7 +249,8 @@ def _parse_claim(raw: dict, fail) -> Claim:
         fail("evidence", "must be a list of paths under results/<paper>/ (e.g. tables/table1_standard.md)")
     return Claim(id=raw["id"], claim=raw["claim"].strip(), where=paper["where"], values=paper.get("values"),
                  comparisons=tuple(comparisons), needs_signal=raw["needs_signal"],
-                 not_testable=nt.strip() if nt else None, evidence=tuple(evidence))
+                 not_testable=nt.strip() if nt else None, evidence=tuple(evidence), kind=raw["kind"],
+                 why=raw.get("why"), exact=raw.get("exact"), registered=raw.get("registered"))
 
 
 def _parse_compare(c: Any, fail) -> list[Comparison]:
@@ -266,6 +281,11 @@ def _parse_compare(c: Any, fail) -> list[Comparison]:
         fail("units", f"{c['units']!r}: the only unit is 'points' (fractions x 100)")
     if c.get("reduce") not in (None, "min", "mean", "max"):
         fail("reduce", f"{c['reduce']!r}: valid: min, mean, max (how an array-valued statistic becomes one number)")
+    rounds = c.get("rounds")
+    if rounds is not None and (not isinstance(rounds, dict) or "a" not in rounds or set(rounds) - {"a", "b", "as"}
+                               or rounds.get("as", "value") not in ROUNDS_AS):
+        fail("rounds", f"{rounds!r} must be {{a: <path to a per-round list>, b: <path or list of paths, optional>, "
+                       f"as: {' | '.join(ROUNDS_AS)}}}")
     scale = c.get("scale", 1.0)
     if not isinstance(scale, (int, float)) or isinstance(scale, bool):
         fail("scale", f"{scale!r} must be a number")
@@ -282,7 +302,7 @@ def _parse_compare(c: Any, fail) -> list[Comparison]:
             out.append(Comparison(label=label, metric=c.get("metric"), test=test, a=a, b=b,
                                   b_metric=c.get("b_metric"), expected=expected, pair_by=tuple(pair_by),
                                   per=c.get("per"), scale=float(scale), units=c.get("units"), reduce=c.get("reduce"),
-                                  x=c.get("x"), y=c.get("y"), across=c.get("across")))
+                                  x=c.get("x"), y=c.get("y"), across=c.get("across"), rounds=rounds))
     return out
 
 
@@ -359,11 +379,13 @@ class Outcome:
     baseline: str | None = None  # the trivial predictor an unfit arm was held against ("majority class", ...)
     baseline_failed: bool = False  # only the b arm (the claim's baseline) is not doing its task
     fragile: list[str] = field(default_factory=list)  # checks under which the verdict flips
+    alt: dict[float, str] = field(default_factory=dict)  # the verdict at other signal margins (where it was redone)
 
 
-def _pair(comp: Comparison, claim_id: str, a_runs: list[dict], b_runs: list[dict] | None) -> list[tuple]:
-    """(key, a record, b record or None) for every pair_by key both sides have; a key twice on one side is an
-    error naming the records (add a selector or a pair_by field so each key is one run)."""
+def _pair(comp: Comparison, claim_id: str, a_runs: list[dict], b_runs: list[dict] | None) -> tuple[list, list]:
+    """(key, a record, b record or None) for every pair_by key both sides have, and the keys only one side has (a
+    part of the comparison that was not run); a key twice on one side is an error naming the records (add a
+    selector or a pair_by field so each key is one run)."""
     def keyed(runs, side):
         out: dict[tuple, dict] = {}
         for r in runs:
@@ -379,9 +401,9 @@ def _pair(comp: Comparison, claim_id: str, a_runs: list[dict], b_runs: list[dict
         return out
     a = keyed(a_runs, "a")
     if b_runs is None:
-        return [(k, r, None) for k, r in sorted(a.items())]
+        return [(k, r, None) for k, r in sorted(a.items())], []
     b = keyed(b_runs, "b")
-    return [(k, a[k], b[k]) for k in sorted(a.keys() & b.keys())]
+    return [(k, a[k], b[k]) for k in sorted(a.keys() & b.keys())], sorted(a.keys() ^ b.keys())
 
 
 def _expected(comp: Comparison, record: dict) -> float | None:
@@ -410,7 +432,24 @@ def _stat(comp: Comparison, va, vb):
     return float(out)
 
 
-def evaluate_comparison(claim: Claim, comp: Comparison, runs: list[dict]) -> Outcome:
+@dataclass
+class _Group:
+    """One group of a comparison (its pair_by fields but the seed): the pair statistic per seed, and the interval
+    of a single-run group when its records keep examples, replicates or timing rounds."""
+    key: tuple
+    pairs: list[tuple[Any, dict, dict | None]]  # (seed, a record, b record or None)
+    stats: list[float]
+    iv: Interval | None = None  # single-run groups only
+    a_values: list[float] = field(default_factory=list)
+    b_values: list[float] = field(default_factory=list)
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean(self.stats))
+
+
+def evaluate_comparison(claim: Claim, comp: Comparison, runs: list[dict],
+                        margin: float = SIGNAL_MARGIN_POINTS) -> Outcome:
     if comp.test.kind == "correlation":
         return _correlation(claim, comp, runs)
     if comp.test.kind == "spread":
@@ -419,112 +458,307 @@ def evaluate_comparison(claim: Claim, comp: Comparison, runs: list[dict]) -> Out
     b_runs = select(runs, comp.b) if comp.b is not None else (a_runs if comp.b_metric else None)
     if comp.expected is not None and comp.b is None:
         a_runs = [r for r in a_runs if _expected(comp, r) is not None]
-    out = Outcome(label=comp.label, verdict="not testable here", records=a_runs + (b_runs or []))
+    out = Outcome(label=comp.label, verdict="not run", statistic=_statistic_text(comp))
     if not a_runs or (b_runs is not None and not b_runs):
-        out.records = []
+        out.reason = "no records: " + _wanted(comp, a_runs, b_runs)
         return out
-    pairs = _pair(comp, claim.id, a_runs, None if comp.b_metric and comp.b is None else b_runs)
-    if comp.b_metric and comp.b is None:
+    same = comp.b_metric and comp.b is None
+    pairs, unpaired = _pair(comp, claim.id, a_runs, None if same else b_runs)
+    if same:
         pairs = [(k, r, r) for k, r, _ in pairs]
+    out.verdict = "not testable here"
+    out.records = a_runs + (b_runs or []) if not pairs else \
+        list({id(r): r for _, ra, rb in pairs for r in (ra, rb) if r is not None}.values())
     if not pairs:
         out.reason = f"no a/b pairs share {list(comp.pair_by)}"
         return out
-    out.records = list({id(r): r for _, ra, rb in pairs for r in (ra, rb) if r is not None}.values())
     seed_i = comp.pair_by.index(SEED) if SEED in comp.pair_by else None
-    groups: dict[tuple, list] = {}
+    by_group: dict[tuple, list] = {}
     for k, ra, rb in pairs:
-        groups.setdefault(tuple(x for i, x in enumerate(k) if i != seed_i), []).append((ra, rb))
-    kept: dict[tuple, list] = {}
-    if claim.needs_signal:
-        for g, members in groups.items():
-            why = [w for ra, rb in members for r in (ra, rb) if r is not None
-                   for w in [not_doing_task(r, comp.metric)] if w]
-            out.unfit.extend(w for w in why if w not in out.unfit)
-            if not why:
-                kept[g] = members
-        # with every group out the estimate is still shown, for orientation, under a "not testable" verdict
-        groups = kept or groups
+        g = tuple(x for i, x in enumerate(k) if i != seed_i)
+        by_group.setdefault(g, []).append((k[seed_i] if seed_i is not None else None, ra, rb))
+    groups = []
+    for g in sorted(by_group):
+        group = _Group(g, by_group[g], [])
+        for _, ra, rb in group.pairs:
+            why = _pair_stat(comp, ra, rb, group)
+            if why:
+                out.reason = why
+                return out
+        groups.append(group)
+    named = len(groups) + len({tuple(x for i, x in enumerate(k) if i != seed_i) for k in unpaired}
+                              - {g.key for g in groups})
+    # the arms' signal: which groups may speak at this margin, and at the margins one point either side
+    signals = {g.key: _group_signals(comp, g) for g in groups} if claim.needs_signal else {}
+
+    def kept(m: float) -> list[_Group]:
+        return [g for g in groups if not any(s.why(m) for _, s in signals.get(g.key, ()))]
     rng = np.random.default_rng(BOOT_SEED)
-    means, reps_by_group, within_var, how = [], [], [], set()
-    per_pair: list[float] = []
-    n_seeds, n_examples, a_values = [], [], []
-    for g in sorted(groups):
-        stats = []
-        for ra, rb in groups[g]:
-            va, key = value_of(ra, comp, comp.metric)
-            if comp.statistic == "value":
-                vb = None
-            elif comp.b_metric is not None or comp.b is not None:
-                vb, _ = value_of(rb, comp, comp.b_metric or comp.metric)
-            else:
-                vb = _expected(comp, ra)
-            if va is None or (comp.statistic != "value" and vb is None):
-                missing = key if va is None else (comp.b_metric or metric_name(rb, comp.metric))
-                out.reason = f"{run_name(ra if va is None else rb)} has no {missing}"
-                return out
-            if np.ndim(va) == 0:
-                a_values.append(float(va))
-            s = _stat(comp, va, vb)
-            if s is None:
-                out.reason = f"{run_name(ra)}: {key} has no finite values"
-                return out
-            stats.append(s)
-        stats_arr = np.asarray(stats)
-        per_pair.extend(stats)
-        means.append(stats_arr.mean())
-        if len(stats) >= 2:
-            reps_by_group.append(bootstrap_seeds(stats_arr, rng))
-            within_var.append(stats_arr.var(ddof=1))
-            how.add("seeds")
-            n_seeds.append(len(stats))
+    for g in groups:
+        if len(g.stats) == 1:
+            g.iv = _single_run_interval(comp, g, rng)
+    chosen = kept(margin)
+    _decide(claim, comp, chosen or groups, out)
+    out.parts = (len(chosen) if out.verdict in ("holds", "does not hold") else 0, named)
+    if claim.needs_signal:
+        whys = [(w, s) for g in groups for _, s in signals[g.key] for w in [s.why(margin)] if w]
+        out.unfit = list(dict.fromkeys(w for w, _ in whys))
+        out.baseline = next((s.baseline_name for _, s in whys if s.baseline_name), None)
+        if not chosen:  # every group out: the numbers stay for orientation, the verdict does not
+            b_only = all(all(side == "b" for side, s in signals[g.key] if s.why(margin)) for g in groups)
+            out.baseline_failed = b_only and comp.b is not None
+            out.verdict, out.p, out.notes = "not testable here", None, []
+            out.reason = "baseline failed to train" if out.baseline_failed else "no arm does its task"
+            out.parts = (0, named)
+            return out
+        for m in (margin - 1, margin + 1):
+            alt = kept(m)
+            if {g.key for g in alt} != {g.key for g in chosen}:
+                trial = Outcome(label=out.label, verdict="")
+                if alt:
+                    _decide(claim, comp, alt, trial)
+                out.alt[m] = trial.verdict if alt else "not testable here"
+                if out.alt[m] != out.verdict:
+                    out.fragile.append(f"the signal guard at {m:g} points: {out.alt[m]}")
+    if out.verdict in ("holds", "does not hold") and out.parts[0] < named:
+        out.notes.append(f"decided on {out.parts[0]} of {named} groups")
+    return out
+
+
+def _b_value(comp: Comparison, ra: dict, rb: dict | None):
+    """The b side of a pair: the b record's metric (or b_metric), the paper's constant, or None for a value."""
+    if comp.statistic == "value":
+        return None
+    if comp.b_metric is not None or comp.b is not None:
+        return value_of(rb, comp, comp.b_metric or comp.metric)[0]
+    return _expected(comp, ra)
+
+
+def _pair_stat(comp: Comparison, ra: dict, rb: dict | None, group: _Group) -> str | None:
+    """Append the pair's statistic to the group; the reason when it cannot be computed."""
+    va, key = value_of(ra, comp, comp.metric)
+    vb = _b_value(comp, ra, rb)
+    if va is None or (comp.statistic != "value" and vb is None):
+        missing = key if va is None else (comp.b_metric or metric_name(rb, comp.metric))
+        return f"{run_name(ra if va is None else rb)} has no {missing}"
+    s = _stat(comp, va, vb)
+    if s is None:
+        return f"{run_name(ra)}: {key} has no finite values"
+    group.stats.append(s)
+    if np.ndim(va) == 0:
+        group.a_values.append(float(va))
+    if vb is not None and np.ndim(vb) == 0:
+        group.b_values.append(float(vb))
+    return None
+
+
+def _group_signals(comp: Comparison, g: _Group) -> list[tuple[str, Signal]]:
+    """Each arm of the group against its trivial baseline, with the arm's interval: over its seeds (t) when the
+    group has several, else over its eval examples when the record keeps them."""
+    out = []
+    for side, idx in (("a", 1), ("b", 2)):
+        recs = [p[idx] for p in g.pairs if p[idx] is not None]
+        if not recs or (side == "b" and g.pairs[0][2] is g.pairs[0][1]):
             continue
-        ra, rb = groups[g][0]
-        reps = _example_reps(comp, ra, rb, rng)
-        if reps is not None and reps[2] == "replicates":
-            reps_by_group.append(rng.choice(reps[0], N_BOOT) if len(reps[0]) != N_BOOT else reps[0])
-            how.add("replicates")
-        elif reps is not None:
-            reps_by_group.append(reps[0])
-            how.add("examples")
-            n_examples.append(reps[1])
-        else:
-            reps_by_group.append(None)
-            how.add("single")
-    out.estimate = float(np.mean(means))
-    out.sd = float(np.sqrt(np.mean(within_var))) if within_var else None
-    unfit_all = bool(out.unfit) and not kept
-    if isinstance(comp.expected, (int, float)) and a_values:
-        out.shown = f"{_fmt(float(np.mean(a_values)))} vs paper {_fmt(float(comp.expected))}: Δ {_fmt(out.estimate)}"
-    out.n = _describe_n(len(groups), n_seeds, n_examples, how)
-    if comp.test.kind == "exact":
-        worst = max(abs(s - comp.test.target) for s in per_pair)
-        out.ci = None
+        first = signal(recs[0], comp.metric)
+        if first.broken or len(recs) == 1:
+            lo = None if first.broken else example_ci(recs[0], first.key)
+            out.append((side, signal(recs[0], comp.metric, lo[0] if lo else None)))
+            continue
+        sigs = [signal(r, comp.metric) for r in recs]
+        broken = next((s for s in sigs if s.broken), None)
+        if broken:
+            out.append((side, broken))
+            continue
+        iv = t_interval([s.value for s in sigs])
+        mean = Signal(sigs[0].name + f" ({len(sigs)} seeds)", first.key, iv.estimate, first.baseline,
+                      first.baseline_name, (iv.estimate - first.baseline) / points(first.key), iv.lo)
+        out.append((side, mean))
+    return out
+
+
+def _single_run_interval(comp: Comparison, g: _Group, rng) -> Interval | None:
+    """A one-run group's interval: timing rounds (t), the run's kept replicates, or its eval examples (paired
+    bootstrap); None when the records keep none of these."""
+    _, ra, rb = g.pairs[0]
+    if comp.rounds:
+        return _rounds_interval(comp, ra, rb, g.stats[0])
+    reps = _example_reps(comp, ra, rb, rng)
+    if reps is None:
+        return None
+    values, n, how = reps
+    iv = replicate_interval(g.stats[0], values, how)
+    return Interval(iv.estimate, iv.lo, iv.hi, how, n, reps=values)
+
+
+def _rounds_interval(comp: Comparison, ra: dict, rb: dict | None, recorded: float) -> Interval | None:
+    """A t interval over the timing rounds behind the compared metric (rounds interleave the arms, so round i of a
+    and of b were measured together), centred on the recorded statistic; None unless the recorded metric lies
+    within its per-round values (else these rounds are not the measurement behind it). Paths in a list are summed
+    round by round; an item {path: p, times: w} is weighted (a per-epoch share of a one-off cost)."""
+    def rounds(record, paths):
+        if record is None:
+            return None
+        items = [p if isinstance(p, dict) else {"path": p} for p in (paths if isinstance(paths, list) else [paths])]
+        parts = [(raw_value(record, i["path"]), float(i.get("times", 1.0))) for i in items]
+        if any(not isinstance(v, list) or len(v) != len(parts[0][0]) for v, _ in parts):
+            return None
+        return np.sum([np.asarray(v, dtype=float) * w for v, w in parts], axis=0)
+    a = rounds(ra, comp.rounds["a"])
+    b = rounds(ra, comp.rounds["b"]) if "b" in comp.rounds else None
+    if a is None or len(a) < 2 or ("b" in comp.rounds and (b is None or len(b) != len(a))):
+        return None
+    va, key = value_of(ra, comp, comp.metric)
+    per = {"value": lambda: a, "ratio": lambda: a / b, "pct": lambda: (a / b - 1) * 100,
+           "difference": lambda: a - b}[comp.rounds.get("as", "value")]() * multiplier(comp, key)
+    tol = 1e-9 * max(1.0, abs(va))
+    if va is None or not (per.min() - tol <= va <= per.max() + tol):
+        return None
+    vb = _b_value(comp, ra, rb)
+    stats_per_round = np.array([_stat(comp, m, vb) for m in per], dtype=float)
+    iv = t_interval(stats_per_round)
+    return None if iv is None else t_from_se(recorded, iv.se, len(per) - 1, len(per))
+
+
+def _decide(claim: Claim, comp: Comparison, groups: list[_Group], out: Outcome) -> None:
+    """Estimate, interval and verdict of a comparison over `groups` (the mean over groups of the mean over seeds)."""
+    out.estimate = float(np.mean([g.mean for g in groups]))
+    a_vals = [v for g in groups for v in g.a_values]
+    b_vals = [v for g in groups for v in g.b_values]
+    out.a_mean = float(np.mean(a_vals)) if a_vals else None
+    out.b_mean = float(np.mean(b_vals)) if b_vals else None
+    multi = [g for g in groups if len(g.stats) >= 2]
+    out.sd = float(np.sqrt(np.mean([np.var(g.stats, ddof=1) for g in multi]))) if multi else None
+    if isinstance(comp.expected, (int, float)) and out.a_mean is not None:
+        out.shown = f"{_fmt(out.a_mean)} vs paper {_fmt(float(comp.expected))}: Δ {_fmt(out.estimate)}"
+    exact = claim.exact is not None
+    if comp.test.kind == "exact" and exact:
+        worst = max(abs(s - comp.test.target) for g in groups for s in g.stats)
+        out.ci, out.interval, out.n = None, "exact", _n_text(groups, "exact")
         out.verdict = "holds" if worst <= comp.test.tolerance else "does not hold"
         if out.verdict == "does not hold":
             out.reason = (f"largest |{comp.statistic} - {_fmt(comp.test.target)}| = {_fmt(worst)} > "
                           f"{comp.test.tolerance:g}")
-        return _unfit(out) if unfit_all else out
-    if all(r is None for r in reps_by_group):
-        if seed_i is not None:
-            out.verdict = "inconclusive"
-            out.reason = ("one run per arm and no per-example scores: no interval; needs >= 2 seeds or records that "
-                          "keep per-example scores")
-            return _unfit(out) if unfit_all else out
-        out.ci = (out.estimate, out.estimate)  # a deterministic quantity or one measurement: the point decides
-        out.notes.append("one measurement, no interval")
-    else:
-        total = np.mean([r if r is not None else np.full(N_BOOT, m) for r, m in zip(reps_by_group, means)], axis=0)
-        out.ci = percentile_ci(total)
+        return
+    if exact:
+        out.ci, out.interval, out.n = (out.estimate, out.estimate), "exact", _n_text(groups, "exact")
+        out.notes.append(f"exact: {claim.exact}")
+        out.verdict = decide(comp.test, out.estimate, out.ci)[0]
+        return
+    iv, df, how = _combined_interval(groups)
+    out.n = _n_text(groups, how)
+    if iv is None:
+        out.verdict = "inconclusive"
+        out.reason = ("no interval: " + how + "; a noisy measurement is decided only with one (more seeds, "
+                      "per-example scores, kept replicates or timing rounds), or declared `exact:` when it is "
+                      "deterministic")
+        return
+    out.ci, out.interval = iv.ci, how
     out.verdict, advice = decide(comp.test, out.estimate, out.ci)
+    out.p = _p_value(comp.test, iv, df, out.verdict)
     if out.verdict == "inconclusive":
-        out.reason = advice + _more_data(how, n_seeds, n_examples, out.estimate, out.ci, comp.test)
-    return _unfit(out) if unfit_all else out
+        out.reason = advice + _more_data(groups, iv, comp.test)
 
 
-def _unfit(out: Outcome) -> Outcome:
-    """Every group had an arm not doing its task: the numbers stay for orientation, the verdict does not."""
-    out.verdict, out.reason, out.notes = "not testable here", "", []
-    return out
+def _combined_interval(groups: list[_Group]) -> tuple[Interval | None, float | None, str]:
+    """The interval of the mean over groups, and how it was made (or why there is none).
+    - every group has seeds, the same ones: the per-seed means over groups, t over seeds (groups that share a seed
+      share its few-shot sample or init, so they are resampled together, never as independent draws);
+    - every group has seeds, not the same ones: groups independent, Welch-Satterthwaite df;
+    - every group is one run with bootstrap replicates of one kind: replicates averaged index by index;
+    - otherwise each group's standard error, combined as independent (normal approximation, Welch df)."""
+    if any(len(g.stats) == 1 and g.iv is None for g in groups):
+        bare = [g for g in groups if len(g.stats) == 1 and g.iv is None]
+        return None, None, f"{len(bare)} of {len(groups)} group(s) are one run with no examples, replicates or rounds"
+    est = float(np.mean([g.mean for g in groups]))
+    if all(len(g.stats) >= 2 for g in groups):
+        seed_sets = [[s for s, _, _ in g.pairs] for g in groups]
+        if all(sorted(map(str, s)) == sorted(map(str, seed_sets[0])) for s in seed_sets) and \
+                all(s is not None for s in seed_sets[0]):
+            per_seed: dict[str, list[float]] = {}
+            for g in groups:
+                for (seed, _, _), v in zip(g.pairs, g.stats):
+                    per_seed.setdefault(str(seed), []).append(v)
+            iv = t_interval([np.mean(v) for v in per_seed.values()])
+            if iv is None:
+                return None, None, "the statistic is not finite on enough seeds"
+            n = iv.n
+            return iv, n - 1, f"t over {n} seeds (df {n - 1})" + (", groups averaged per seed" if len(groups) > 1
+                                                                   else "")
+        v = [np.var(g.stats, ddof=1) / len(g.stats) for g in groups]
+        se = math.sqrt(sum(v)) / len(groups)
+        df = _welch_df(v, [len(g.stats) - 1 for g in groups])
+        n = sum(len(g.stats) for g in groups)
+        return t_from_se(est, se, df, n), df, f"t over seeds, {len(groups)} groups as independent (df {df:.1f})"
+    kinds = {g.iv.how if g.iv is not None else "seeds" for g in groups}
+    if all(g.iv is not None and g.iv.reps is not None for g in groups) and len(kinds) == 1:
+        size = min(len(g.iv.reps) for g in groups)
+        reps = np.mean([g.iv.reps[:size] for g in groups], axis=0)
+        iv = replicate_interval(est, reps, kinds.pop())
+        what = ("paired bootstrap over eval examples" if iv.how == "examples"
+                else "the runs' kept bootstrap replicates, as they are")
+        return iv, None, what + f" ({size} resamples)"
+    if all(g.iv is not None and g.iv.how == "t" for g in groups):
+        v = [g.iv.se ** 2 for g in groups]
+        df = _welch_df(v, [g.iv.n - 1 for g in groups])
+        se = math.sqrt(sum(v)) / len(groups)
+        n = groups[0].iv.n
+        return t_from_se(est, se, df, n), df, f"t over {n} timing rounds (df {df:.1f})"
+    v, dfs = [], []
+    for g in groups:
+        if len(g.stats) >= 2:
+            v.append(np.var(g.stats, ddof=1) / len(g.stats))
+            dfs.append(len(g.stats) - 1)
+        elif g.iv.se is not None:
+            v.append(g.iv.se ** 2)
+            dfs.append(g.iv.n - 1)
+        else:
+            v.append(float(np.var(g.iv.reps, ddof=1)))
+            dfs.append(math.inf)
+    se = math.sqrt(sum(v)) / len(groups)
+    df = _welch_df(v, dfs)
+    return t_from_se(est, se, df, len(groups)), df, f"mixed sources, standard errors combined (df {df:.1f})"
+
+
+def _welch_df(variances: list[float], dfs: list[float]) -> float:
+    num = sum(variances) ** 2
+    den = sum(v * v / d for v, d in zip(variances, dfs) if d and math.isfinite(d))
+    return num / den if den > 0 else 1e6
+
+
+def _p_value(test: Test, iv: Interval, df: float | None, verdict: str) -> float | None:
+    """One-sided p-value of the decided direction (the largest over the bounds a holding verdict must clear)."""
+    if verdict not in ("holds", "does not hold"):
+        return None
+    if test.kind == "direction":
+        bounds = [(test.target, test.sign == "+")]
+    else:
+        low, high = test.bounds()
+        bounds = [(b, up) for b, up in ((low, True), (high, False)) if b is not None]
+    if verdict == "holds":
+        return max(one_sided_p(iv, b, up, df) for b, up in bounds)
+    lo, hi = iv.ci
+    crossed = [(b, up) for b, up in bounds if (hi < b if up else lo > b)] or bounds
+    return min(one_sided_p(iv, b, not up, df) for b, up in crossed)
+
+
+def _n_text(groups: list[_Group], how: str) -> str:
+    seeds = sorted({len(g.stats) for g in groups})
+    parts = []
+    if seeds != [1]:
+        parts.append(f"{seeds[0]}" + (f"-{seeds[-1]}" if len(seeds) > 1 else "") + " seeds")
+    one = [g for g in groups if len(g.stats) == 1]
+    if one:
+        ex = sorted({g.iv.n for g in one if g.iv is not None and g.iv.how == "examples"})
+        if ex:
+            parts.append(f"1 seed x {ex[0]}" + (f"-{ex[-1]}" if len(ex) > 1 else "") + " examples")
+        if any(g.iv is not None and g.iv.how == "replicates" for g in one):
+            parts.append("1 seed, the run's bootstrap replicates")
+        if any(g.iv is not None and g.iv.how == "t" for g in one):
+            parts.append(f"1 run x {max(g.iv.n for g in one if g.iv is not None and g.iv.how == 't')} rounds")
+        if any(g.iv is None for g in one):
+            parts.append("1 run")
+    return f"n={' / '.join(parts)}" + (f", {len(groups)} groups" if len(groups) > 1 else "")
 
 
 def _example_reps(comp: Comparison, ra: dict, rb: dict | None, rng) -> tuple[np.ndarray, int, str] | None:
@@ -620,20 +854,6 @@ def _reduced_replicate_reps(comp: Comparison, key: str, ra: dict, rb: dict | Non
     return (np.asarray(out), len(a)) if len(out) >= 2 else None
 
 
-def _describe_n(groups: int, n_seeds: list[int], n_examples: list[int], how: set[str]) -> str:
-    parts = []
-    if n_seeds:
-        parts.append(f"{min(n_seeds)}" + (f"-{max(n_seeds)}" if max(n_seeds) != min(n_seeds) else "") + " seeds")
-    if n_examples:
-        parts.append(f"1 seed x {min(n_examples)}" + (f"-{max(n_examples)}" if max(n_examples) != min(n_examples)
-                                                         else "") + " examples")
-    if "replicates" in how:
-        parts.append("1 seed, the run's bootstrap replicates")
-    if "single" in how:
-        parts.append("1 run")
-    return f"n={' / '.join(parts)}" + (f", {groups} groups" if groups > 1 else "")
-
-
 def decide(test: Test, est: float, ci: tuple[float, float]) -> tuple[str, str]:
     """(verdict, what the interval does) from the interval and the test's claimed side."""
     lo, hi = ci
@@ -652,30 +872,33 @@ def decide(test: Test, est: float, ci: tuple[float, float]) -> tuple[str, str]:
     return "inconclusive", "CI crosses " + " and ".join(_fmt(b) for b in crossed)
 
 
-def _more_data(how: set[str], n_seeds: list[int], n_examples: list[int], est: float, ci: tuple[float, float],
-               test: Test) -> str:
+def _more_data(groups: list[_Group], iv: Interval, test: Test) -> str:
     """Roughly how much more data would shrink the interval past the nearest crossed threshold (width ~ 1/sqrt n)."""
-    lo, hi = ci
+    lo, hi, est = iv.lo, iv.hi, iv.estimate
     bounds = [test.target] if test.kind == "direction" else [b for b in test.bounds() if b is not None]
     crossed = [b for b in bounds if lo < b < hi] or bounds
     b = min(crossed, key=lambda b: abs(est - b))
     margin = abs(est - b)
     half = (hi - est) if b >= est else (est - lo)  # the interval's reach toward the threshold (it can be skewed)
-    if margin < 1e-12 * max(1.0, abs(est)):
-        return "; the estimate sits on the threshold, so more data alone will not decide it"
+    if margin < 1e-12 * max(1.0, abs(est)) or margin < 0.1 * half:
+        return "; the estimate sits at the threshold, so more data alone is unlikely to decide it"
     factor = max(1.0, (half / margin) ** 2)
-    if "seeds" in how:
-        return f"; roughly {factor:.1f}x the seeds (~{math.ceil(max(n_seeds) * factor)} per group) would decide it"
-    if "examples" in how:
-        return f"; roughly {factor:.1f}x the eval examples (~{math.ceil(max(n_examples) * factor)}) would decide it"
+    seeds = max(len(g.stats) for g in groups)
+    if seeds >= 2:
+        return f"; roughly {factor:.1f}x the seeds (~{math.ceil(seeds * factor)} per group) would decide it"
+    if iv.how == "examples":
+        n = max(g.iv.n for g in groups if g.iv is not None)
+        return f"; roughly {factor:.1f}x the eval examples (~{math.ceil(n * factor)}) would decide it"
     return ""
 
 
 def _correlation(claim: Claim, comp: Comparison, runs: list[dict]) -> Outcome:
     recs = select(runs, comp.a)
-    out = Outcome(label=comp.label, verdict="not testable here", records=recs)
+    out = Outcome(label=comp.label, verdict="not run", records=recs, statistic=f"r ({comp.x} vs {comp.y})")
     if not recs:
+        out.reason = "no records: " + _wanted(comp, recs, None)
         return out
+    out.verdict = "not testable here"
     if claim.needs_signal:
         out.unfit = [w for r in recs for w in [not_doing_task(r, None)] if w]
         if out.unfit:
@@ -694,13 +917,14 @@ def _correlation(claim: Claim, comp: Comparison, runs: list[dict]) -> Outcome:
         xs.append(x[keep])
         ys.append(y[keep])
     x, y = np.concatenate(xs), np.concatenate(ys)
-    if len(x) < 3:
-        out.reason = f"{len(x)} finite points; a correlation needs >= 3"
-        return out
     if np.ptp(x) == 0 or np.ptp(y) == 0:
         out.reason = f"{comp.x if np.ptp(x) == 0 else comp.y} is the same at all {len(x)} points: no correlation"
         return out
     out.estimate = float(np.corrcoef(x, y)[0, 1])
+    out.n = f"n={len(x)} points from {len(recs)} records"
+    if len(x) < MIN_CORRELATION_POINTS:  # a bootstrap over so few points returns +-1 or r itself: no interval
+        out.reason = f"r over {len(x)} points; a correlation needs >= {MIN_CORRELATION_POINTS}"
+        return out
     rng = np.random.default_rng(BOOT_SEED)
     with np.errstate(divide="ignore", invalid="ignore"):  # a resample that repeats one x (or y) has no correlation:
         reps = np.array([np.corrcoef(x[i], y[i])[0, 1]  # nan, dropped next (and counted) instead of a bare warning
@@ -709,9 +933,11 @@ def _correlation(claim: Claim, comp: Comparison, runs: list[dict]) -> Outcome:
     if len(reps) < N_BOOT // 2:
         out.reason = f"only {len(reps)} of {N_BOOT} resamples have spread: too few distinct points"
         return out
-    out.ci = percentile_ci(reps)
-    out.n = f"n={len(x)} points from {len(recs)} records"
+    iv = replicate_interval(out.estimate, reps, "points")
+    out.ci, out.interval = iv.ci, f"bootstrap over {len(x)} points"
     out.verdict, advice = decide(comp.test, out.estimate, out.ci)
+    out.p = _p_value(comp.test, iv, None, out.verdict)
+    out.parts = (1 if out.verdict in ("holds", "does not hold") else 0, 1)
     if out.verdict == "inconclusive":
         out.reason = advice
     return out
@@ -719,9 +945,11 @@ def _correlation(claim: Claim, comp: Comparison, runs: list[dict]) -> Outcome:
 
 def _spread(claim: Claim, comp: Comparison, runs: list[dict]) -> Outcome:
     recs = select(runs, comp.a)
-    out = Outcome(label=comp.label, verdict="not testable here", records=recs)
+    out = Outcome(label=comp.label, verdict="not run", records=recs, statistic=f"max - min over {comp.across}")
     if not recs:
+        out.reason = "no records: " + _wanted(comp, recs, None)
         return out
+    out.verdict = "not testable here"
     groups: dict[tuple, dict] = {}
     for r in recs:
         if claim.needs_signal and (why := not_doing_task(r, comp.metric)):
@@ -739,10 +967,16 @@ def _spread(claim: Claim, comp: Comparison, runs: list[dict]) -> Outcome:
         out.reason = f"needs >= 2 values of {comp.across} per group (have {most})"
         return out
     out.estimate = float(max(spreads))
-    out.ci = (out.estimate, out.estimate)
     out.n = f"n={len(spreads)} groups"
-    out.notes.append("largest spread over groups; deterministic, no interval")
+    if claim.exact is None:
+        out.verdict = "inconclusive"
+        out.reason = ("no interval: a spread of measured values; decided only with one, or declared `exact:` when "
+                      "the values are deterministic")
+        return out
+    out.ci, out.interval = (out.estimate, out.estimate), "exact"
+    out.notes.append(f"largest spread over groups; exact: {claim.exact}")
     out.verdict = decide(comp.test, out.estimate, out.ci)[0]
+    out.parts = (1, 1)
     return out
 
 
@@ -772,25 +1006,38 @@ class Row:
     holm: bool | None = None  # survives Holm across the paper's decided statistical tests (None: not such a test)
 
 
-def _combine(outcomes: list[Outcome]) -> str:
-    """All comparisons must hold; one that does not hold decides; otherwise any open one keeps it open. A comparison
-    that cannot be tested here (an arm not doing its task) is left out when others were decided: the row then rests
-    on those, and `_partly` names what it leaves out."""
-    verdicts = [o.verdict for o in outcomes if o.verdict != "not testable here"] or ["not testable here"]
+def _combine(verdicts: list[str]) -> str:
+    """A row's verdict from its comparisons': all must hold, and one decided failure decides (a universal claim
+    fails on any part); an open one keeps the row open; holds on some parts with others untested or not run is
+    "partly tested", never "holds"."""
     if "does not hold" in verdicts:
         return "does not hold"
-    if all(v == "holds" for v in verdicts):
-        return "holds"
-    return "inconclusive" if "inconclusive" in verdicts else "not testable here"
+    if "inconclusive" in verdicts:
+        return "inconclusive"
+    if "holds" in verdicts:
+        return "holds" if all(v == "holds" for v in verdicts) else "partly tested"
+    return "not testable here" if "not testable here" in verdicts else "not run"
 
 
-def _partly(outcomes: list[Outcome]) -> str:
-    """The row's note when only some of its comparisons could be decided."""
-    left = [o.label or "a comparison" for o in outcomes if o.verdict == "not testable here"]
-    if not left or len(left) == len(outcomes):
-        return ""
-    return f"partly tested: decided on {len(outcomes) - len(left)} of {len(outcomes)} comparisons; not testable: " + \
-        ", ".join(left)
+def _row_verdict(outcomes: list[Outcome]) -> tuple[str, str, tuple[int, int], list[str]]:
+    """(verdict, reason, (parts decided, parts named), fragility) of a row: a part is a group of a comparison (a
+    task, a model, an N); a comparison with no records counts as one part not run."""
+    k = sum(o.parts[0] for o in outcomes)
+    m = sum(max(o.parts[1], 1) for o in outcomes)
+    verdict = _combine([o.verdict for o in outcomes])
+    if verdict == "holds" and k < m:
+        verdict = "partly tested"
+    reason = ""
+    if verdict in ("partly tested", "does not hold", "holds") and k < m:
+        left = [f"{o.label or 'a comparison'}: {o.verdict}" for o in outcomes
+                if o.verdict in ("not testable here", "not run")]
+        reason = f"decided on {k} of {m} parts" + ("; " + ", ".join(left) if left else "")
+    fragile = []
+    for margin in sorted({m for o in outcomes for m in o.alt}):
+        flipped = _combine([o.alt.get(margin, o.verdict) for o in outcomes])
+        if flipped != _combine([o.verdict for o in outcomes]):
+            fragile.append(f"the signal guard at {margin:g} points instead of {SIGNAL_MARGIN_POINTS:g}: {flipped}")
+    return verdict, reason, (k, m), fragile
 
 
 def _scale_label(registry: Registry, key: tuple[str, str], records: list[dict]) -> str:
@@ -845,31 +1092,72 @@ def evaluate_claims(paper: str, runs: list[dict], results_dir: Path | None = Non
         claim_rows = []
         for key in sorted(scales):
             try:
-                outcomes = [o for o in (evaluate_comparison(claim, c, scales[key]) for c in claim.comparisons)
-                            if o.records]
-            except (ClaimsError, SelectError) as e:  # e.g. two records for one pair: say so in the row, keep the report going
+                outcomes = [evaluate_comparison(claim, c, scales[key]) for c in claim.comparisons]
+            except (ClaimsError, SelectError) as e:  # e.g. two records for one pair: say so, keep the report going
                 claim_rows.append(Row(claim, f"{key[0]}, {key[1]}", "not testable here", str(e), [], []))
                 continue
-            if not outcomes:
+            if not any(o.records for o in outcomes):
                 continue
             recs = list({id(r): r for o in outcomes for r in o.records}.values())
-            claim_rows.append(Row(claim, _scale_label(registry, key, recs), _combine(outcomes), _partly(outcomes),
-                                  outcomes,
+            verdict, reason, parts, fragile = _row_verdict(outcomes)
+            claim_rows.append(Row(claim, _scale_label(registry, key, recs), verdict, reason, outcomes,
                                   _evidence(registry, claim, recs, results_dir),
-                                  legacy=any(legacy_reason(r) for r in recs)))
+                                  legacy=any(legacy_reason(r) for r in recs), parts=parts, fragile=fragile,
+                                  post_hoc=_post_hoc(claim, recs)))
         if not claim_rows:
+            verdict = "not testable here" if claim.not_testable else "not run"
             reason = claim.not_testable or ("no records: " + "; ".join(_wanted(c) for c in claim.comparisons))
-            claim_rows.append(Row(claim, "-", "not testable here", reason, [],
+            claim_rows.append(Row(claim, "-", verdict, reason, [],
                                   [Path(results_dir) / registry.paper / e for e in claim.evidence
                                    if (Path(results_dir) / registry.paper / e).is_file()]))
         rows.extend(claim_rows)
+    _holm(rows)
     return rows
 
 
-def _wanted(c: Comparison) -> str:
+TESTED_KINDS = ("paper", "target", "premise")  # the family Holm corrects over: tests of the method, not of our code
+
+
+def _holm(rows: list[Row]) -> None:
+    """Mark each row whose decided statistical comparisons all survive Holm's correction over the paper's family."""
+    tests = [(r, o) for r in rows if r.claim.kind in TESTED_KINDS for o in r.outcomes
+             if o.p is not None and o.verdict in ("holds", "does not hold")]
+    keep = holm([o.p for _, o in tests])
+    for r in rows:
+        mine = [k for (row, _), k in zip(tests, keep) if row is r]
+        r.holm = all(mine) if mine else None
+
+
+def _post_hoc(claim: Claim, records: list[dict]) -> str | None:
+    from experiments.evidence import registration
+    if claim.registered is None:
+        return "the claim carries no registration commit"
+    return registration.post_hoc(records, claim.registered)
+
+
+def _wanted(c: Comparison, a_runs: list | None = None, b_runs: list | None = None) -> str:
+    """The selectors that found nothing (both when the caller does not say)."""
     def sel(s):
         return ", ".join(f"{k}={v}" for k, v in s.items())
-    return f"a: {sel(c.a)}" + (f"; b: {sel(c.b)}" if c.b else "")
+    parts = []
+    if not a_runs:
+        parts.append(f"a: {sel(c.a)}")
+    if c.b and not b_runs:
+        parts.append(f"b: {sel(c.b)}")
+    return "; ".join(parts)
+
+
+def _statistic_text(c: Comparison) -> str:
+    """What a comparison's estimate is, in words and units."""
+    metric = c.metric or "objective"
+    units = " points" if c.units == "points" else ""
+    per = f" per {c.per}" if c.per else ""
+    if c.statistic == "value":
+        return f"{metric}{per}{units}"
+    op = " / " if c.statistic == "ratio" else " − "
+    b = "paper" if c.expected is not None and c.b is None else c.b_metric if c.b is None and c.b_metric else "b"
+    a = metric if b not in ("b",) and c.b is None and c.b_metric else "a"
+    return f"{a}{op}{b} ({metric}{per}{units})" if a == "a" else f"{a}{op}{b}{units}"
 
 
 def _fmt(x: float | None) -> str:

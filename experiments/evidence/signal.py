@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter
+from dataclasses import dataclass
 
 from experiments import metrics as M
 from experiments.evidence.records import (MAJORITY_METRICS, MISSING, TASK_METRICS, ZERO_BASELINE, field_of,
@@ -61,48 +62,83 @@ def _majority_from_data(record: dict) -> dict[str, float] | None:
     return _MAJORITY_CACHE[key]
 
 
+# what a stored `<split>/majority_<metric>` is, by metric: the record names the number, this names the predictor
+_STORED = {**dict.fromkeys(("accuracy", "f1_macro", "f1_micro"), "majority class"),
+           **dict.fromkeys(("em", "f1"), "a question-blind answerer"),
+           "conll_f1": "the best constant answer"}
+
+
 def majority_baseline(record: dict, key: str) -> tuple[float, str] | None:
-    """(what a constant predictor scores on `key`, where that number comes from), or None when unknown."""
+    """(what a trivial predictor scores on `key`, its name: majority class, all-O tagger, ...), or None when
+    unknown."""
     split, name = (key.split("/", 1) + [""])[:2] if "/" in key else ("eval", key)
     stored = record.get("metrics", {}).get(f"{split}/majority_{name}")
     if stored is not None:
-        return float(stored), "the record"
+        return float(stored), _STORED.get(name, "a constant predictor")
     if name in ZERO_BASELINE:
         return 0.0, ZERO_BASELINE[name]
     if name == "accuracy" and _majority_from_extra(record) is not None:
-        return _majority_from_extra(record), "the record"
+        return _majority_from_extra(record), "majority class"
     if name in MAJORITY_METRICS:
         from_data = _majority_from_data(record)
         if from_data and f"majority_{name}" in from_data:
-            return from_data[f"majority_{name}"], "the eval split"
+            return from_data[f"majority_{name}"], "majority class"
     return None
 
 
-def not_doing_task(record: dict, metric: str | None) -> str | None:
-    """Why this arm is not doing its task (None when it is): constant predictions, or a score less than 2 points
-    above the majority-class score. The score is the compared metric when it is a task metric, else the task's
-    objective (an ID AUC says nothing about whether the model answers)."""
-    counts = _pred_counts(record)
+@dataclass(frozen=True)
+class Signal:
+    """How far one arm's score is above its trivial baseline. `broken`: why it cannot be doing its task at any
+    margin (constant predictions, no baseline); otherwise `headroom` in points above the baseline and whether its
+    interval (`lo`, when the caller had one) stays above the baseline."""
+    name: str
+    key: str
+    value: float | None = None
+    baseline: float | None = None
+    baseline_name: str | None = None
+    headroom: float | None = None
+    lo: float | None = None
+    broken: str | None = None
+
+    def why(self, margin: float = SIGNAL_MARGIN_POINTS) -> str | None:
+        """Why the arm is not doing its task at this margin (None: it is)."""
+        if self.broken:
+            return f"{self.name}: {self.broken}"
+        s = f"{self.name}: {short(self.key)} {self.value:.3f} vs {self.baseline_name} {self.baseline:.3f}"
+        if self.headroom < margin:
+            return s + f" (< {margin:g} points above it)"
+        if self.lo is not None and self.lo <= self.baseline:
+            return s + f" (its 95 % interval reaches the baseline: lower end {self.lo:.3f})"
+        return None
+
+
+def signal(record: dict, metric: str | None, lo: float | None = None) -> Signal:
+    """The arm's score against its trivial baseline. The score is the compared metric when it is a task metric, else
+    the task's objective (an ID AUC says nothing about whether the model answers). `lo`: the lower end of the arm's
+    interval on that score, when the caller has one."""
     name = run_name(record)
-    if counts is not None and sum(1 for c in counts if c > 0) <= 1:
-        return f"{name}: constant predictions"
-    pe = (record.get("per_example") or {}).get("eval") or {}
-    if "tp" in pe and "fp" in pe and sum(pe["tp"]) + sum(pe["fp"]) == 0:
-        return f"{name}: predicts no entity at all"
     key = metric_name(record, metric)
     if short(key) not in TASK_METRICS:
         key = metric_name(record, None)
+    counts = _pred_counts(record)
+    if counts is not None and sum(1 for c in counts if c > 0) <= 1:
+        return Signal(name, key, broken="constant predictions")
+    pe = (record.get("per_example") or {}).get("eval") or {}
+    if "tp" in pe and "fp" in pe and sum(pe["tp"]) + sum(pe["fp"]) == 0:
+        return Signal(name, key, broken="predicts no entity at all")
     value = raw_value(record, key)
     if value is None:
-        return f"{name}: no {key} to check it against the majority class"
+        return Signal(name, key, broken=f"no {key} to check it against a trivial baseline")
     base = majority_baseline(record, key)
     if base is None:
-        return f"{name}: majority baseline unknown for {key}"
-    margin = SIGNAL_MARGIN_POINTS * points(key)
-    if float(value) < base[0] + margin:
-        what = base[1] if base[1] in ZERO_BASELINE.values() else "majority class"
-        return f"{name}: {short(key)} {float(value):.3f} vs {what} {base[0]:.3f}"
-    return None
+        return Signal(name, key, broken=f"majority baseline unknown for {key}")
+    return Signal(name, key, float(value), base[0], base[1], (float(value) - base[0]) / points(key), lo)
+
+
+def not_doing_task(record: dict, metric: str | None, margin: float = SIGNAL_MARGIN_POINTS) -> str | None:
+    """Why this arm is not doing its task (None when it is): constant predictions, or a score less than `margin`
+    points above its trivial baseline."""
+    return signal(record, metric).why(margin)
 
 
 def run_name(record: dict) -> str:
