@@ -1,6 +1,6 @@
 """The claims registry: each paper package's `claims.yaml` lists what its paper claims and which comparison of run
 records decides it; this module validates those files, evaluates every claim from the records with its
-uncertainty, and renders the claims table that opens results/REPORT.md.
+uncertainty into rows (one per claim and scale) that experiments/evidence/report.py renders.
 
 A claim holds one comparison or a list of them (all must hold). A comparison selects records by their resolved
 config (`a`, and `b` or `expected` constants), pairs them on `pair_by`, and tests a statistic of the pairs:
@@ -24,17 +24,27 @@ pair within tolerance of target), correlation (Pearson r of two per-record array
 and spread (max - min over `across` within each group). A registry's top-level `baselines_from: [finetune]` adds
 those papers' records to its own (a Full baseline computed once, read by every paper that compares with it).
 
-Uncertainty: the estimate is the mean over groups of the mean over seeds. Each group is bootstrapped over its seeds
-when it has >= 2, else over its evaluated examples when both arms carry per-example scores of the same eval set
-(record["per_example"]["eval"], experiments.evaluate.Scores), paired (the same resampled examples in both arms),
-else over bootstrap replicates the method kept (record["extra"]["replicates"][<metric>]). With none of these, a
-comparison that pairs on seed is inconclusive (no interval); one that does not (a deterministic quantity, one
-measurement) is decided by its value.
-Percentile 95 % interval, fixed seed. Verdicts: holds (the whole interval on the claimed side), does not hold (the
-whole interval on the other side), inconclusive (it straddles; with a rough count of the data it would take),
-not testable here (no records, or an arm not doing its task: its score less than 2 points above what always
-answering the majority class scores, or constant predictions). Rows are per (claim, scale); a scale is the
-hardware plus offline stand-ins vs the paper's own models and data, never merged.
+Claim keys beside compare: kind (paper | target | implementation | by-construction | premise: only `paper` rows say
+whether the paper holds, the rest are counted apart), why (by-construction: why the row is still shown), exact (a
+reason: the quantity is deterministic, so its value decides without an interval), registered (the commit that set the
+definition; experiments/evidence/registration.py), needs_signal, not_testable, evidence. A comparison may name the
+timing rounds behind its metric: rounds: {a: <path>, b: <path or [paths, {path, times}]>, as: value|ratio|pct|...}.
+
+Uncertainty (experiments/evidence/stats.py): the estimate is the mean over groups of the mean over seeds.
+- Groups with >= 2 seeds: a Student t interval over seeds; groups that share their seeds are averaged per seed first
+  (a seed fixes the sample and the init, so they are resampled together), else combined as independent (Welch df).
+- One-run groups: a t interval over the timing rounds behind the metric (`rounds`), the bootstrap replicates the run
+  kept (extra.replicates, used as they are), or a paired percentile bootstrap over eval examples (per_example).
+- Anything else is one measurement: decided on its value only when the claim declares `exact:`, else inconclusive.
+- A correlation needs >= 8 points; a spread is decided only when exact.
+Verdicts: holds / does not hold (the whole interval on one side of the claimed bound), inconclusive (it straddles;
+with a rough count of the data it would take), partly tested (held on k of m parts: groups an arm left, comparisons
+not run), not testable here (every group has an arm not doing its task: its 95 % interval reaches the trivial
+baseline, or its estimate is < 2 points above it; the baseline is named: majority class, all-O tagger, ...; "baseline
+failed to train" when only the b arm fails), not run (no records). A verdict that changes when the guard moves by 1
+point is fragile. Decided statistical rows carry a one-sided p-value, and Holm over the paper's paper/target/premise
+rows says which survive. Rows are per (claim, scale); a scale is the hardware plus offline stand-ins vs the paper's
+own models and data, never merged.
 """
 from __future__ import annotations
 
