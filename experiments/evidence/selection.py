@@ -24,11 +24,12 @@ class SelectionError(ValueError):
     """Records that cannot be selected on dev as asked (no dev metric, no learning rate)."""
 
 
-def _flat(d: dict, prefix: str = "") -> dict:
+def flatten(d: dict, prefix: str = "") -> dict:
+    """A record's config as {dotted path: value} (lists kept as lists); one field: records.field_of."""
     out = {}
     for k, v in d.items():
         if isinstance(v, dict):
-            out.update(_flat(v, f"{prefix}{k}."))
+            out.update(flatten(v, f"{prefix}{k}."))
         else:
             out[f"{prefix}{k}"] = v
     return out
@@ -40,7 +41,7 @@ def _is_lr(key: str) -> bool:
 
 def group_key(record: dict) -> str:
     """What a record computes, but for its learning rate(s) and seed (and where it was recorded, store.dir)."""
-    flat = _flat(record.get("config") or {})
+    flat = flatten(record.get("config") or {})
     kept = {k: v for k, v in flat.items()
             if k.split(".")[0] not in NOT_GROUPED and k != "store.dir" and not _is_lr(k)}
     return json.dumps(kept, sort_keys=True, default=str)
@@ -145,7 +146,7 @@ def best_dev_over(records: list[dict], path: str) -> list[dict]:
     dev objective over seeds; a group shares the whole config but that field and the seed. Ties: the smaller value."""
     groups: dict[str, dict[str, list[dict]]] = {}
     for r in dedupe(records):
-        flat = _flat(r.get("config") or {})
+        flat = flatten(r.get("config") or {})
         kept = {k: v for k, v in flat.items() if k.split(".")[0] not in NOT_GROUPED and k != "store.dir"
                 and k != path and not k.startswith(path + ".")}
         value = json.dumps(flat.get(path), sort_keys=True, default=str)
@@ -181,7 +182,7 @@ def same_training(a: dict, b: dict) -> bool:
     the learning rate (model, task with its dev split, data caps, train.* but lr, hardware): a Full baseline
     recorded by another experiment stands in for a variant=full run only when this holds."""
     def core(r):
-        flat = _flat(r.get("config") or {})
+        flat = flatten(r.get("config") or {})
         return {k: v for k, v in flat.items() if k.split(".")[0] in ("model", "task", "data", "train", "hardware")
                 and not _is_lr(k) and k not in ("train.progress", "hardware.threads")}
     return core(a) == core(b)

@@ -1,6 +1,8 @@
 """The report kit every paper's report uses: a table written as markdown and CSV from one object, number formatting,
-stand-in labels, the generated-file header, legacy-record footnotes and figure saving (the plotted numbers as a .csv
-beside each .png). No paper knowledge here; `<paper>/report.py` says what goes in its tables."""
+a number with its interval as one cell (Estimate: seeds by a t interval, one run's eval examples by a paired
+bootstrap, a benchmark's own replicates), picking a paper's records and labelling them (runs_of, config_value,
+hardware_label, model_label), the generated-file header, legacy-record footnotes and figure saving (the plotted
+numbers as a .csv beside each .png). No paper knowledge here; `<paper>/report.py` says what goes in its tables."""
 from __future__ import annotations
 
 import csv
@@ -11,6 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import mean, stdev
 
+import numpy as np
+
+from experiments.evidence.records import MISSING, field_of, matches
 from experiments.metrics import declared, higher_is_better
 from experiments.results import legacy_reason
 
@@ -51,10 +56,34 @@ def run_label(run: dict, what: str) -> str:
 
 def config_value(run: dict, path: str):
     """A run record's config value at a dotted path ("method.fusion"); None where any part is missing."""
-    node = run["config"]
-    for p in path.split("."):
-        node = node.get(p) if isinstance(node, dict) else None
-    return node
+    v = field_of(run, path)
+    return None if v is MISSING else v
+
+
+def model_label(run: dict, pv=None) -> str:
+    """A run's model as tables show it: 'minilm-l6 (for BERT-base)' where the paper's values (`pv`) declare it a twin
+    of a paper model (compared on the relative columns only), else run_label's '(stand-in for …)' form."""
+    twin = pv.twins["models"].get(config_value(run, "model.name")) if pv is not None else None
+    return f"{config_value(run, 'model.name')} (for {twin.paper})" if twin else run_label(run, "model")
+
+
+def hardware_label(run: dict) -> str:
+    """The hardware a run was recorded on (provenance, else its config's hardware group)."""
+    return run["provenance"].get("hardware") or config_value(run, "hardware.name") or "?"
+
+
+def devices(runs: list[dict]) -> str:
+    """The devices the runs measured on, one each: 'cpu: AMD EPYC, 2 threads'."""
+    return ", ".join(sorted({r["provenance"]["device"] for r in runs}))
+
+
+def runs_of(runs: list[dict], selector: dict | None = None, /, *, method=None, variant=None, exp_id=None) -> list[dict]:
+    """The records a selector names (experiments.evidence.records.matches: dotted config paths to a value, a list of
+    values, a glob or an operator), in the order given; method, variant and exp_id are short for method.name,
+    method.variant and exp_id."""
+    short = {"method.name": method, "method.variant": variant, "exp_id": exp_id}
+    want = {**(selector or {}), **{k: v for k, v in short.items() if v is not None}}
+    return [r for r in runs if matches(r, want)]
 
 
 def arrow(key: str) -> str:
@@ -69,6 +98,107 @@ def natural(key) -> tuple:
     if not isinstance(key, tuple):
         key = (key,)
     return tuple(tuple((0, int(t)) if t.isdigit() else (1, t) for t in re.split(r"(\d+)", str(x))) for x in key)
+
+
+# ---- numbers with their intervals ---------------------------------------------------------------------------------
+
+SEED_INTERVAL = "95 % t interval over seeds"  # what seed_interval computes, for table notes
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A number with its spread as one table cell: 'v [lo, hi] (n=k)' with an interval, 'v ± sd (n=k)' with a standard
+    deviation, 'v' alone; '—' for none. `how` names the interval (experiments.evidence.stats.Interval.how: "t" over
+    seeds, "examples" resampled, "replicates" a run kept); `named` says so inside the parentheses."""
+    value: float | None
+    lo: float | None = None
+    hi: float | None = None
+    sd: float | None = None
+    n: int | None = None  # shown as '(n=k)' when given
+    how: str | None = None
+    named: str = ""
+    digits: int = 2
+    sign: bool = False  # a difference: every number signed
+    suffix: str = ""  # after the value ('x' for a ratio)
+
+    def __str__(self) -> str:
+        if self.value is None:
+            return "—"
+        s = fmt(self.value, self.digits, self.sign) + self.suffix
+        if self.sd is not None:
+            s += f" ± {fmt(self.sd, self.digits)}"
+        elif self.lo is not None and self.hi is not None:
+            s += f" [{fmt(self.lo, self.digits, self.sign)}, {fmt(self.hi, self.digits, self.sign)}]"
+        if self.n is not None:
+            s += f" (n={self.n}{', ' + self.named if self.named else ''})"
+        return s
+
+
+def seed_interval(values, digits: int = 2, sign: bool = False, suffix: str = "") -> Estimate:
+    """The mean over seeds with its 95 % t interval (experiments.evidence.stats.t_interval), 'm [lo, hi] (n=k)'; one
+    seed: 'm (n=1)', no interval; no value (None entries are skipped): '—'."""
+    from experiments.evidence.stats import t_interval
+    v = np.asarray([x for x in values if x is not None], dtype=float)
+    if not len(v):
+        return Estimate(None)
+    iv = t_interval(v)
+    lo, hi = (iv.lo, iv.hi) if iv is not None and len(v) > 1 else (None, None)
+    return Estimate(float(v.mean()), lo, hi, n=len(v), how="t" if lo is not None else None, digits=digits, sign=sign,
+                    suffix=suffix)
+
+
+def seed_sd(values, digits: int = 2, suffix: str = "") -> Estimate:
+    """The mean over seeds ± their sd, 'm ± sd (n=k)'; one seed: its value alone; none: '—'."""
+    v = np.asarray(values, dtype=float)
+    if not len(v):
+        return Estimate(None)
+    several = len(v) > 1
+    return Estimate(float(np.mean(v)), sd=float(np.std(v, ddof=1)) if several else None, n=len(v) if several else None,
+                    digits=digits, suffix=suffix)
+
+
+def metric_cell(metrics: dict, key: str, digits: int = 2) -> Estimate:
+    """A metric with the interval its run recorded beside it (`key`_lo, `key`_hi: a benchmark's own)."""
+    return Estimate(metrics.get(key), metrics.get(f"{key}_lo"), metrics.get(f"{key}_hi"), digits=digits)
+
+
+def replicate_cell(run: dict, key: str, suffix: str = "") -> Estimate:
+    """A metric with the 95 % percentile interval of the replicates its run kept (extra.replicates[key])."""
+    from experiments.evidence.stats import percentile_ci
+    value = (run.get("metrics") or {}).get(key)
+    reps = ((run.get("extra") or {}).get("replicates") or {}).get(key)
+    lo, hi = percentile_ci(np.asarray(reps, dtype=float)) if value is not None and reps and len(reps) > 1 \
+        else (None, None)
+    return Estimate(value, lo, hi, how="replicates" if lo is not None else None, suffix=suffix)
+
+
+def example_replicates(key: str, per_example: list[dict]) -> np.ndarray | None:
+    """(len(per_example), N_BOOT): `key` recomputed from each per-example dict (arms or seeds scored on one eval set)
+    under the same resampled eval examples, so differences and means of them are paired; None when one of them
+    cannot be recomputed (experiments.evidence.stats.resampled_metric)."""
+    from experiments.evidence.stats import BOOT_SEED, N_BOOT, count_examples, resample_weights, resampled_metric
+    chunks = []
+    for w in resample_weights(np.random.default_rng(BOOT_SEED), count_examples(per_example[0]), N_BOOT):
+        rows = [resampled_metric(key, pe, w) for pe in per_example]
+        if any(x is None for x in rows):
+            return None
+        chunks.append(np.stack(rows))
+    return np.concatenate(chunks, axis=1)
+
+
+def paired_diff(a: dict, b: dict, key: str = "eval/accuracy", factor: float = 100.0, **cell) -> Estimate:
+    """factor · (a − b) of one seed's `key`, with a 95 % paired bootstrap over the eval examples both scored when
+    both kept their predictions on the same data; the bare difference otherwise. `cell`: Estimate's n, sign, …"""
+    from experiments.evidence.stats import percentile_ci
+    d = factor * (a["metrics"][key] - b["metrics"][key])
+    pa, pb = ((r.get("per_example") or {}).get("eval") or {} for r in (a, b))
+    if not pa.get("pred") or not pb.get("pred") or len(pa["pred"]) != len(pb["pred"]) \
+            or a["config"].get("data") != b["config"].get("data"):
+        return Estimate(d, **cell)
+    reps = example_replicates(key, [pa, pb])
+    if reps is None:
+        return Estimate(d, **cell)
+    return Estimate(d, *percentile_ci(factor * (reps[0] - reps[1])), how="examples", **cell)
 
 
 @dataclass(frozen=True)
@@ -94,9 +224,9 @@ class Summary:
         if not self.values:
             return "—"
         if self.ci is not None and self.n == 1:
-            lo, hi = (fmt(x, self.digits) for x in self.ci)
-            return f"{fmt(self.mean, self.digits)} [{lo}, {hi}] (n=1, 95% CI over examples)"
-        return f"{fmt(self.mean, self.digits)} ± {fmt(self.sd, self.digits)} (n={self.n})"
+            return str(Estimate(self.mean, *self.ci, n=1, how="examples", named="95% CI over examples",
+                                digits=self.digits))
+        return str(Estimate(self.mean, sd=self.sd, n=self.n, digits=self.digits))
 
 
 def summary(xs, digits: int = 2, ci: tuple[float, float] | None = None) -> Summary:
