@@ -24,10 +24,12 @@ import numpy as np
 
 from eat.prune import keep_count
 from experiments.evidence import selection
-from experiments.evidence.stats import (BOOT_SEED, N_BOOT, example_ci, percentile_ci, resample_weights, resampled_metric)
 from experiments.evidence.paper_values import paper_values
-from experiments.evidence.tables import (Table, config_value, delta, figure_link, fmt, label, natural, pyplot, save_figure,
-                                sections)
+from experiments.evidence.stats import N_BOOT, example_ci
+from experiments.evidence.tables import (Estimate, Table, delta, figure_link, fmt, hardware_label, metric_cell,
+                                         model_label, natural, paired_diff, pyplot, replicate_cell, run_label,
+                                         runs_of, save_figure, sections, seed_sd)
+from experiments.evidence.tables import config_value as _c
 
 GENERIC_TABLES = ()
 TABLE_OF = {"SST-2": 1, "QQP": 2, "MNLI-m": 3}  # the paper's table per task
@@ -40,19 +42,8 @@ RUN_ALL = "`make eat-cpu` (the CPU tier; `make eat` at paper scale)"
 
 # ---- records ------------------------------------------------------------------------------------------------------
 
-_c = config_value
-
-
-def _of(runs: list[dict], method: str, variant: str | None = None) -> list[dict]:
-    return [r for r in runs if _c(r, "method.name") == method and (variant is None or _c(r, "method.variant") == variant)]
-
-
-def _hw(r: dict) -> str:
-    return r["provenance"].get("hardware") or _c(r, "hardware.name") or "?"
-
-
 def _where(r: dict) -> tuple[str, str]:
-    return _c(r, "task.name"), _hw(r)
+    return _c(r, "task.name"), hardware_label(r)
 
 
 def _tau(r: dict) -> float | None:
@@ -68,17 +59,6 @@ def _tau_text(t: float | None) -> str:
     return "none (no exit)" if t is None else f"{t:.2f}"
 
 
-def _model_label(pv, r: dict, model: str | None = None) -> str:
-    """'minilm-l6 (for BERT-base)': our model and the paper row it stands in for (paper_values twins)."""
-    name = model or _c(r, "model.name")
-    twin = pv.twins["models"].get(name)
-    return f"{name} (for {twin.paper})" if twin else label(name, _c(r, "model.stand_in_for") if model is None else None)
-
-
-def _task_label(r: dict) -> str:
-    return label(_c(r, "task.name"), _c(r, "task.stand_in_for"))
-
-
 def _paper_task(pv, r: dict) -> str | None:
     for name in (_c(r, "task.name"), _c(r, "task.stand_in_for")):
         if name in pv.tasks:
@@ -90,77 +70,26 @@ def _paper_task(pv, r: dict) -> str | None:
 
 # ---- numbers with their intervals --------------------------------------------------------------------------------
 
-@dataclass
-class Est:
-    """A number with an optional interval, shown 'x [lo, hi]' (or 'x ± sd (n)' over seeds)."""
-    value: float | None
-    lo: float | None = None
-    hi: float | None = None
-    sd: float | None = None
-    n: int = 1
-    digits: int = 2
-    suffix: str = ""
-
-    def __str__(self) -> str:
-        if self.value is None:
-            return "—"
-        s = fmt(self.value, self.digits) + self.suffix
-        if self.sd is not None and self.n > 1:
-            return f"{s} ± {fmt(self.sd, self.digits)} (n={self.n})"
-        if self.lo is not None and self.hi is not None:
-            s += f" [{fmt(self.lo, self.digits)}, {fmt(self.hi, self.digits)}]"
-        return s
-
-
-def _over_seeds(values: list[float], digits: int = 2, suffix: str = "") -> Est:
-    if not values:
-        return Est(None)
-    sd = float(np.std(values, ddof=1)) if len(values) > 1 else None
-    return Est(float(np.mean(values)), sd=sd, n=len(values), digits=digits, suffix=suffix)
-
-
-def _acc(recs: list[dict]) -> Est:
+def _acc(recs: list[dict]) -> Estimate:
     """eval/accuracy in percent: mean ± sd over seeds, or one seed's 95% CI over its eval examples."""
     vals = [100 * r["metrics"]["eval/accuracy"] for r in recs if "eval/accuracy" in r["metrics"]]
     if len(vals) == 1:
         ci = example_ci(recs[0], "eval/accuracy")
-        return Est(vals[0], *(100 * x for x in ci)) if ci else Est(vals[0])
-    return _over_seeds(vals)
+        return Estimate(vals[0], *(100 * x for x in ci), how="examples") if ci else Estimate(vals[0])
+    return seed_sd(vals)
 
 
-def _paired_diff(a: dict, b: dict) -> Est:
-    """100 (acc_a - acc_b) with a paired bootstrap over the shared eval examples (when both kept them)."""
-    d = 100 * (a["metrics"]["eval/accuracy"] - b["metrics"]["eval/accuracy"])
-    pa, pb = ((r.get("per_example") or {}).get("eval") or {} for r in (a, b))
-    if not pa.get("pred") or not pb.get("pred") or len(pa["pred"]) != len(pb["pred"]) \
-            or a["config"].get("data") != b["config"].get("data"):
-        return Est(d)
-    rng = np.random.default_rng(BOOT_SEED)
-    reps = np.concatenate([100 * (resampled_metric("eval/accuracy", pa, w) - resampled_metric("eval/accuracy", pb, w))
-                           for w in resample_weights(rng, len(pa["pred"]), N_BOOT)])
-    return Est(d, *percentile_ci(reps))
-
-
-def _delta_acc(arm: list[dict], ref: list[dict]) -> Est:
+def _delta_acc(arm: list[dict], ref: list[dict]) -> Estimate:
     """Δacc (points) of an arm vs the dense reference, paired by seed."""
     by_seed = {_c(r, "seed"): r for r in ref}
     pairs = [(a, by_seed[_c(a, "seed")]) for a in arm if _c(a, "seed") in by_seed]
     if len(pairs) == 1:
-        return _paired_diff(*pairs[0])
-    return _over_seeds([100 * (a["metrics"]["eval/accuracy"] - b["metrics"]["eval/accuracy"]) for a, b in pairs])
+        return paired_diff(*pairs[0])
+    return seed_sd([100 * (a["metrics"]["eval/accuracy"] - b["metrics"]["eval/accuracy"]) for a, b in pairs])
 
 
-def _speedup(bench: dict | None, name: str) -> Est:
-    if bench is None or f"speedup/{name}_p50" not in bench["metrics"]:
-        return Est(None)
-    reps = ((bench.get("extra") or {}).get("replicates") or {}).get(f"speedup/{name}_p50")
-    lo, hi = percentile_ci(np.asarray(reps, dtype=float)) if reps and len(reps) > 1 else (None, None)
-    return Est(bench["metrics"][f"speedup/{name}_p50"], lo, hi, suffix="x")
-
-
-def _bench_delta(bench: dict, name: str) -> Est:
-    m = bench["metrics"]
-    return Est(m.get(f"delta_acc/{name}"), m.get(f"delta_acc/{name}_lo"), m.get(f"delta_acc/{name}_hi"))
+def _speedup(bench: dict | None, name: str) -> Estimate:
+    return replicate_cell(bench or {}, f"speedup/{name}_p50", suffix="x")
 
 
 def _boot_note() -> str:
@@ -179,12 +108,11 @@ class Row:
     record: dict
     column: str  # the paper's column this row compares with
     chosen: bool = True  # the tau chosen on dev (False: another point of the frontier)
-    values: dict = field(default_factory=dict)  # COLUMNS -> Est
+    values: dict = field(default_factory=dict)  # COLUMNS -> Estimate
 
 
-def _latency(bench: dict | None, name: str) -> Est:
-    v = None if bench is None else bench["metrics"].get(f"latency/{name}_p50_ms")
-    return Est(v)
+def _latency(bench: dict | None, name: str) -> Estimate:
+    return Estimate(None if bench is None else bench["metrics"].get(f"latency/{name}_p50_ms"))
 
 
 def _bench_for(benches: list[dict], task: str, hw: str, model: str, tau: float | None = None) -> dict | None:
@@ -209,8 +137,8 @@ def _rows_for_model(pv, accs, benches, task, hw, model, ref_dense, baseline_of) 
         n_layers = _c(dense[0], "model.num_layers")
         row.values = {"latency_ms": _latency(bench, name), "accuracy": _acc(dense),
                       "speedup_vs_bert": _speedup(bench, name),
-                      "delta_acc_pp": _delta_acc(dense, ref) if ref is not dense else Est(0.0),
-                      "avg_depth": Est(float(n_layers) if n_layers else None), "avg_retention": Est(1.0)}
+                      "delta_acc_pp": _delta_acc(dense, ref) if ref is not dense else Estimate(0.0),
+                      "avg_depth": Estimate(float(n_layers) if n_layers else None), "avg_retention": Estimate(1.0)}
         rows.append(row)
     for variant, contender in (("eat", EAT_ARM), ("paper_code", "paper_code")):
         arm = recs(variant)
@@ -227,15 +155,15 @@ def _rows_for_model(pv, accs, benches, task, hw, model, ref_dense, baseline_of) 
             row = Row(model, "EAT (ours)" if variant == "eat" else "paper-code", t, arm[0],
                       f"eat-tau{t:.2f}" if t is not None else "eat-tau0.95", chosen=is_chosen)
             if is_chosen:
-                acc, dacc = _acc(arm), _delta_acc(arm, ref) if ref else Est(None)
-                depth = _over_seeds([r["metrics"]["eval/avg_depth"] for r in arm])
-                ret = _over_seeds([r["metrics"]["eval/avg_retention"] for r in arm], 3)
+                acc, dacc = _acc(arm), _delta_acc(arm, ref) if ref else Estimate(None)
+                depth = seed_sd([r["metrics"]["eval/avg_depth"] for r in arm])
+                ret = seed_sd([r["metrics"]["eval/avg_retention"] for r in arm], 3)
             else:
                 pts = [f for r in arm for f in (r.get("extra") or {}).get("frontier") or [] if _same_tau(f["tau"], t)]
-                acc = _over_seeds([100 * f["accuracy"] for f in pts])
-                dacc = Est(acc.value - _acc(ref).value) if ref and acc.value is not None else Est(None)
-                depth = _over_seeds([f["avg_depth"] for f in pts])
-                ret = _over_seeds([f["avg_retention"] for f in pts], 3)
+                acc = seed_sd([100 * f["accuracy"] for f in pts])
+                dacc = Estimate(acc.value - _acc(ref).value) if ref and acc.value is not None else Estimate(None)
+                depth = seed_sd([f["avg_depth"] for f in pts])
+                ret = seed_sd([f["avg_retention"] for f in pts], 3)
             row.values = {"latency_ms": _latency(bench, contender), "accuracy": acc,
                           "speedup_vs_bert": _speedup(bench, contender), "delta_acc_pp": dacc,
                           "avg_depth": depth, "avg_retention": ret}
@@ -271,7 +199,7 @@ def _paper_rows(pv, ptask: str) -> list[list]:
 
 def paper_tables(runs: list[dict], out: Path) -> tuple[list[str], list[Row]]:
     pv = paper_values("eat")
-    accs, benches = _of(runs, "eat"), _of(runs, "eat_bench", "latency")
+    accs, benches = runs_of(runs, method="eat"), runs_of(runs, method="eat_bench", variant="latency")
     if not accs and not benches:
         return [f"_Tables 1-3: no method=eat records; run {RUN_ALL}._", ""], []
     lines, all_rows = [], []
@@ -281,9 +209,9 @@ def paper_tables(runs: list[dict], out: Path) -> tuple[list[str], list[Row]]:
     for task, hw in sorted({_where(r) for r in accs + benches}, key=natural):
         here = [r for r in accs + benches if _where(r) == (task, hw)]
         ptask = _paper_task(pv, here[0])
-        n = TABLE_OF.get(ptask)
+        n, task_label = TABLE_OF.get(ptask), run_label(here[0], "task")
         t = Table(f"table{n or ''}_{task}" if n else f"tables_{task}",
-                  f"Table {n} ({ptask}): {_task_label(here[0])}" if n else f"Tables 1-3 columns: {_task_label(here[0])}",
+                  f"Table {n} ({ptask}): {task_label}" if n else f"Tables 1-3 columns: {task_label}",
                   ["source", "model", "arm", "tau", "latency_ms (p50)", "acc (%)", "speed-up vs dense",
                    "Δacc (pp)", "avg_depth", "avg_retention", "hardware"], runs=here)
         if ptask:
@@ -304,14 +232,16 @@ def paper_tables(runs: list[dict], out: Path) -> tuple[list[str], list[Row]]:
             for row in rows:
                 v = row.values
                 dense_row = row.column == "dense"
-                t.add("ours", _model_label(pv, row.record), row.arm,
+                t.add("ours", model_label(row.record, pv), row.arm,
                       "—" if dense_row else _tau_text(row.tau) + (" (dev)" if row.chosen else ""),
                       *(str(v[k]) for k in COLUMNS), hw)
             all_rows += rows
             if model in mains and _bench_for(benches, task, hw, model) is None:
-                notes.append(f"No latency benchmark for {task} / {model}: run `{RUN_BENCH.format(task=task, model=model)}`.")
+                notes.append(f"No latency benchmark for {task} / {model}: run "
+                             f"`{RUN_BENCH.format(task=task, model=model)}`.")
             if model in mains and not any(_c(r, "model.name") == model for r in accs if _where(r) == (task, hw)):
-                notes.append(f"No accuracy records for {task} / {model}: run `{RUN_ACC.format(task=task, model=model)}`.")
+                notes.append(f"No accuracy records for {task} / {model}: run "
+                             f"`{RUN_ACC.format(task=task, model=model)}`.")
         t.notes = [*notes,
                    "Ours: speed-up = the dense path's p50 latency / the arm's, both timed in one process at batch 1 "
                    "(the faster of our dense loop and the Hugging Face forward is the reference); the paper's "
@@ -355,7 +285,7 @@ def paper_vs_repro(rows: list[Row], out: Path) -> list[str]:
             ours = row.values.get(metric)
             if paper is None or ours is None or ours.value is None:
                 continue
-            t.add(_task_label(row.record), _model_label(pv, row.record), row.arm, _tau_text(row.tau), metric,
+            t.add(run_label(row.record, "task"), model_label(row.record, pv), row.arm, _tau_text(row.tau), metric,
                   paper, where, str(ours), delta(ours.value, paper))
     t.notes = ["Offline models reach a paper row only through the twins of eat/paper_values.yaml, which admit the "
                "relative columns (speed-up, Δacc) and retention, never absolute latency or accuracy (other "
@@ -368,7 +298,7 @@ def paper_vs_repro(rows: list[Row], out: Path) -> list[str]:
 # ---- the ablation -------------------------------------------------------------------------------------------------
 
 def ablation(runs: list[dict], out: Path) -> list[str]:
-    benches = _of(runs, "eat_bench", "latency")
+    benches = runs_of(runs, method="eat_bench", variant="latency")
     if not benches:
         return [f"_Ablation: no method=eat_bench variant=latency records; run "
                 f"`{RUN_BENCH.format(task='rt-polarity', model='minilm-l6')}` or {RUN_ALL}._", ""]
@@ -378,7 +308,7 @@ def ablation(runs: list[dict], out: Path) -> list[str]:
                "speed-up (p50) [CI]", "acc (%)", "Δacc (pp) [CI]", "avg_depth", "avg_retention", "device"],
               runs=benches)
     notes = []
-    for b in sorted(benches, key=lambda b: natural((_c(b, "task.name"), _c(b, "model.name"), _hw(b)))):
+    for b in sorted(benches, key=lambda b: natural((_c(b, "task.name"), _c(b, "model.name"), hardware_label(b)))):
         m = b["metrics"]
         names = (b.get("extra") or {}).get("contenders") or sorted(
             {k[len("latency/"):-len("_p50_ms")] for k in m if k.startswith("latency/") and k.endswith("_p50_ms")})
@@ -386,10 +316,10 @@ def ablation(runs: list[dict], out: Path) -> list[str]:
             shown = f"baseline ({_c(b, 'method.baseline_model')})" if name == "baseline" else name
             if name == "eat:best":  # the subset chosen on dev, timed again as a contender of its own
                 shown = f"eat:best (= {(b.get('extra') or {}).get('best_setting')}, chosen on dev)"
-            t.add(_task_label(b), _model_label(pv, b), _tau_text(_tau(b)), shown,
+            t.add(run_label(b, "task"), model_label(b, pv), _tau_text(_tau(b)), shown,
                   *(m.get(f"latency/{name}_{q}_ms") for q in ("p50", "p90", "p99", "mean")),
                   fmt(m.get(f"throughput/{name}_per_s"), 1), str(_speedup(b, name)), m.get(f"acc/{name}"),
-                  str(_bench_delta(b, name)), m.get(f"depth/{name}"), fmt(m.get(f"retention/{name}"), 3),
+                  str(metric_cell(m, f"delta_acc/{name}")), m.get(f"depth/{name}"), fmt(m.get(f"retention/{name}"), 3),
                   b["provenance"].get("device"))
         n = b.get("n_samples") or {}
         notes.append(f"{_c(b, 'task.name')} / {_c(b, 'model.name')}: speed-up reference = "
@@ -408,8 +338,8 @@ def ablation(runs: list[dict], out: Path) -> list[str]:
 # ---- figures: frontier, retention vs length, exit layers -----------------------------------------------------------
 
 def frontier(runs: list[dict], out: Path) -> list[str]:
-    accs, benches = _of(runs, "eat"), _of(runs, "eat_bench", "latency")
-    keys = sorted({(*_where(r), _c(r, "model.name")) for r in _of(accs, "eat", "eat") + benches}, key=natural)
+    accs, benches = runs_of(runs, method="eat"), runs_of(runs, method="eat_bench", variant="latency")
+    keys = sorted({(*_where(r), _c(r, "model.name")) for r in runs_of(accs, variant="eat") + benches}, key=natural)
     if not keys:
         return [f"_Frontier (Fig. 4): no EAT records; run {RUN_ALL}._", ""]
     plt = pyplot()
@@ -475,7 +405,7 @@ def _kept(t: int, ratio: float, n_prunes: int, rule: str) -> int:
 
 
 def retention_vs_length(runs: list[dict], out: Path) -> list[str]:
-    recs = [r for r in _of(runs, "eat") if _c(r, "method.variant") in ("eat", "paper_code")
+    recs = [r for r in runs_of(runs, method="eat") if _c(r, "method.variant") in ("eat", "paper_code")
             and ((r.get("extra") or {}).get("detail") or {}).get("length")]
     if not recs:
         return [f"_Fig. 5 (retention vs input length): no method=eat records of the eat or paper_code arm; run "
@@ -516,7 +446,7 @@ def _label(ax, xlabel: str, ylabel: str, title: str) -> None:
 
 
 def exit_layers(runs: list[dict], out: Path) -> list[str]:
-    recs = [r for r in _of(runs, "eat") if (r.get("extra") or {}).get("frontier")]
+    recs = [r for r in runs_of(runs, method="eat") if (r.get("extra") or {}).get("frontier")]
     if not recs:
         return [f"_Fig. 6 (exit-layer histogram): no method=eat record with an exit frontier; run {RUN_ALL}._", ""]
     plt = pyplot()
@@ -550,7 +480,7 @@ def exit_layers(runs: list[dict], out: Path) -> list[str]:
 # ---- scaling, calibration -----------------------------------------------------------------------------------------
 
 def scaling(runs: list[dict], out: Path) -> list[str]:
-    recs = _of(runs, "eat_bench", "scaling")
+    recs = runs_of(runs, method="eat_bench", variant="scaling")
     if not recs:
         return [f"_Scaling: no method=eat_bench variant=scaling records; run "
                 "`python -m experiments.run method=eat_bench method.variant=scaling` or " + RUN_ALL + "._", ""]
@@ -567,9 +497,7 @@ def scaling(runs: list[dict], out: Path) -> list[str]:
         for arm in ("dense", "window", "eat", "paper_code"):
             if f"scaling/{arm}_slope" not in m:
                 continue
-            reps = (extra.get("replicates") or {}).get(f"scaling/{arm}_slope")
-            lo, hi = percentile_ci(np.asarray(reps, dtype=float)) if reps and len(reps) > 1 else (None, None)
-            slope = Est(m[f"scaling/{arm}_slope"], lo, hi)
+            slope = replicate_cell(r, f"scaling/{arm}_slope")
             t.add(arm, *(m.get(f"scaling/{arm}_ms@{T}") for T in lengths), str(slope), shape_text,
                   r["provenance"].get("device"))
             xs = [T for T in lengths if f"scaling/{arm}_ms@{T}" in m]
@@ -588,17 +516,18 @@ def scaling(runs: list[dict], out: Path) -> list[str]:
 
 
 def calibration(runs: list[dict], out: Path) -> list[str]:
-    recs = [r for r in _of(runs, "eat") if "calib/ece_eval_before" in r["metrics"]]
+    recs = [r for r in runs_of(runs, method="eat") if "calib/ece_eval_before" in r["metrics"]]
     if not recs:
         return [f"_Calibration: no method=eat record with an exit head; run {RUN_ALL}._", ""]
-    recs = sorted(recs, key=lambda r: natural((*_where(r), _c(r, "model.name"), _c(r, "method.variant"), _c(r, "seed"))))
+    recs = sorted(recs, key=lambda r: natural((*_where(r), *(_c(r, k) for k in ("model.name", "method.variant",
+                                                                                   "seed")))))
     t = Table("calibration", "Calibration of the exit head: ECE (15 bins) before and after temperature scaling",
               ["task", "model", "variant", "seed", "ECE dev before", "ECE dev after", "ECE eval before",
                "ECE eval after", "temperature", "scaled"], runs=recs)
     pv = paper_values("eat")
     for r in recs:
         m = r["metrics"]
-        t.add(_task_label(r), _model_label(pv, r), _c(r, "method.variant"), _c(r, "seed"),
+        t.add(run_label(r, "task"), model_label(r, pv), _c(r, "method.variant"), _c(r, "seed"),
               *(fmt(100 * m[k], 2) if k in m else "—" for k in ("calib/ece_dev_before", "calib/ece_dev_after",
                                                                 "calib/ece_eval_before", "calib/ece_eval_after")),
               fmt(m.get("calib/temperature"), 3), "yes" if m.get("calib/temperature", 1.0) != 1.0 else "no")
@@ -640,14 +569,15 @@ def build(runs: list[dict], out: Path) -> list[str]:
     lines = ["Generated from the run records (`eat/report.py`); each table also lies in `tables/` as .md and .csv. "
              "Offline stand-ins are labelled (rt-polarity for SST-2, vitaminc for MNLI-m, minilm-l6 for BERT-base, "
              "minilm-l3 for DistilBERT).", ""]
-    rows: list[Row] = []
-    try:
-        section, rows = paper_tables(runs, out)
-        lines += section
-    except Exception as e:  # one broken table must not hide the others
-        lines += [f"_(paper_tables could not be built: {type(e).__name__}: {e})_", ""]
+    rows: list[Row] = []  # Tables 1-3's rows of ours, which paper_vs_repro compares
+
+    def tables(r, o):
+        section, found = paper_tables(r, o)
+        rows.extend(found)
+        return section
+
     def vs_repro(r, o):
         return paper_vs_repro(rows, o)
-    vs_repro.__name__ = "paper_vs_repro"
-    return lines + sections((vs_repro, ablation, frontier, scaling, calibration, retention_vs_length, exit_layers),
-                            runs, out)
+    tables.__name__, vs_repro.__name__ = "paper_tables", "paper_vs_repro"
+    return lines + sections((tables, vs_repro, ablation, frontier, scaling, calibration, retention_vs_length,
+                             exit_layers), runs, out)
