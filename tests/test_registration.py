@@ -217,3 +217,13 @@ def test_every_papers_claims_history_can_be_walked():
         regs = R.registrations(paper, working=False)  # HEAD's definitions: working edits are not committed yet
         assert regs, paper
         assert None not in regs.values(), (paper, [c for c, r in regs.items() if r is None])
+
+
+def test_every_claim_is_registered_at_the_commit_that_set_its_definition_apart_from_its_records():
+    """A threshold or metric changed together with the records it rests on fails here, as does a definition edited
+    after its registration (commit it, then `python -m experiments.evidence.registration --write`)."""
+    if not R.history_available(R.REPO):
+        pytest.skip("this checkout is shallow or has no git history")
+    assert R.main([]) == 0
+    for paper in R.papers_in():
+        assert R.check_same_commit(paper) == [], paper
