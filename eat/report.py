@@ -482,7 +482,7 @@ def exit_layers(runs: list[dict], out: Path) -> list[str]:
 def scaling(runs: list[dict], out: Path) -> list[str]:
     recs = runs_of(runs, method="eat_bench", variant="scaling")
     if not recs:
-        return [f"_Scaling: no method=eat_bench variant=scaling records; run "
+        return ["_Scaling: no method=eat_bench variant=scaling records; run "
                 "`python -m experiments.run method=eat_bench method.variant=scaling` or " + RUN_ALL + "._", ""]
     lengths = sorted({int(k.rsplit("@", 1)[1]) for r in recs for k in r["metrics"] if "_ms@" in k})
     t = Table("scaling", "Cost vs sequence length (random-init encoder, one sequence of T real tokens)",

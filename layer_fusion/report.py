@@ -26,10 +26,11 @@ from pathlib import Path
 import numpy as np
 
 from experiments.evidence import selection
-from experiments.evidence.stats import BOOT_SEED, N_BOOT, bootstrap_seeds, percentile_ci, resample_weights, resampled_metric
 from experiments.evidence.paper_values import paper_values
-from experiments.evidence.tables import (Table, caps, config_value, figure_link, fmt, label, natural, pyplot, save_figure,
-                                sections)
+from experiments.evidence.tables import (SEED_INTERVAL, Table, caps, figure_link, fmt, hardware_label, metric_cell,
+                                         model_label, natural, paired_diff, pyplot, run_label, runs_of, save_figure,
+                                         sections, seed_interval)
+from experiments.evidence.tables import config_value as _c
 
 GENERIC_TABLES = ()
 PAPER = "layer_fusion"
@@ -49,40 +50,22 @@ RUN_P32 = "`python -m experiments.run -m experiment=layer_fusion/p32_cpu`"
 
 # ---- records ------------------------------------------------------------------------------------------------------
 
-_c = config_value
-
-
-def _hw(r: dict) -> str:
-    return r["provenance"].get("hardware") or _c(r, "hardware.name") or "?"
-
-
-def _of(runs: list[dict], method: str = "layer_fusion", protocol: str | None = None) -> list[dict]:
-    return [r for r in runs if _c(r, "method.name") == method
-            and (protocol is None or _c(r, "method.protocol") == protocol)]
-
-
 def _fewshot(runs: list[dict]) -> list[dict]:
-    return [r for r in _of(runs, protocol="fewshot") if "dev/entity_f1" in r["metrics"]]
+    return [r for r in runs_of(runs, {"method.protocol": "fewshot"}, method=PAPER) if "dev/entity_f1" in r["metrics"]]
 
 
 def _p32(runs: list[dict], truncated: bool = False) -> list[dict]:
-    return [r for r in _of(runs, protocol="p32") if (_c(r, "method.truncate") is not None) == truncated
-            and _c(r, "method.lambda_lr") is None and "eval/accuracy" in r["metrics"]]
+    return [r for r in runs_of(runs, {"method.protocol": "p32", "method.truncate": {"not": None} if truncated else None,
+                                      "method.lambda_lr": None}, method=PAPER) if "eval/accuracy" in r["metrics"]]
 
 
 def _group(r: dict) -> tuple:
     """What a few-shot panel shares: model, task, regime, hardware."""
-    return _c(r, "model.name"), _c(r, "task.name"), _c(r, "method.regime"), _hw(r)
+    return _c(r, "model.name"), _c(r, "task.name"), _c(r, "method.regime"), hardware_label(r)
 
 
 def _model_label(r: dict) -> str:
-    twin = paper_values(PAPER).twins["models"].get(_c(r, "model.name"))
-    return f"{_c(r, 'model.name')} (for {twin.paper})" if twin else label(_c(r, "model.name"),
-                                                                           _c(r, "model.stand_in_for"))
-
-
-def _task_label(r: dict) -> str:
-    return label(_c(r, "task.name"), _c(r, "task.stand_in_for"))
+    return model_label(r, paper_values(PAPER))
 
 
 def _slug(*parts) -> str:
@@ -94,40 +77,11 @@ def _f1(r: dict, key: str = "dev/entity_f1") -> float | None:
     return None if v is None else 100 * float(v)
 
 
-# ---- numbers with their intervals ---------------------------------------------------------------------------------
+# ---- numbers ------------------------------------------------------------------------------------------------------
 
-def mean_ci(values) -> tuple[float | None, float | None, float | None]:
-    """Mean and 95% percentile bootstrap CI over trials (seaborn's default, which the DWAtt figures use); no
-    interval for one trial."""
-    v = np.asarray([x for x in values if x is not None], dtype=float)
-    if not len(v):
-        return None, None, None
-    if len(v) < 2:
-        return float(v.mean()), None, None
-    lo, hi = percentile_ci(bootstrap_seeds(v, np.random.default_rng(BOOT_SEED)))
-    return float(v.mean()), lo, hi
-
-
-def shown(values, digits: int = 2, suffix: str = "", sign: bool = False) -> str:
-    """'m [lo, hi] (n=k)', or 'm (n=1)'; sign: a difference, shown signed."""
-    m, lo, hi = mean_ci(values)
-    n = len([x for x in values if x is not None])
-    if m is None:
-        return "—"
-    ci = f" [{fmt(lo, digits, sign)}, {fmt(hi, digits, sign)}]" if lo is not None else ""
-    return f"{fmt(m, digits, sign)}{suffix}{ci} (n={n})"
-
-
-def paired_accuracy_diff(a: dict, b: dict) -> tuple[float, float | None, float | None]:
-    """100 (acc_a - acc_b) of one seed, with a paired bootstrap over the shared eval examples when both kept them."""
-    d = 100 * (a["metrics"]["eval/accuracy"] - b["metrics"]["eval/accuracy"])
-    pa, pb = ((r.get("per_example") or {}).get("eval") or {} for r in (a, b))
-    if not pa.get("pred") or not pb.get("pred") or len(pa["pred"]) != len(pb["pred"]):
-        return d, None, None
-    rng = np.random.default_rng(BOOT_SEED)
-    reps = np.concatenate([100 * (resampled_metric("eval/accuracy", pa, w) - resampled_metric("eval/accuracy", pb, w))
-                           for w in resample_weights(rng, len(pa["pred"]), N_BOOT)])
-    return (d, *percentile_ci(reps))
+def shown(values, digits: int = 2, sign: bool = False) -> str:
+    """Over trials (one per seed): 'm [lo, hi] (n=k)' with the 95 % t interval, or 'm (n=1)'."""
+    return str(seed_interval(values, digits, sign))
 
 
 def curve_stats(curve: list[dict], key: str, total: int) -> tuple[float, int, float]:
@@ -147,13 +101,13 @@ def curve_stats(curve: list[dict], key: str, total: int) -> tuple[float, int, fl
 # ---- DWAtt Table 2 ------------------------------------------------------------------------------------------------
 
 def params(runs: list[dict], out: Path) -> list[str]:
-    recs = [r for r in _of(runs, "layer_fusion_params") if (r.get("extra") or {}).get("params")]
+    recs = [r for r in runs_of(runs, method="layer_fusion_params") if (r.get("extra") or {}).get("params")]
     if not recs:
         return ["_Table 2 (parameters): no method=layer_fusion_params records; run "
                 f"`python -m experiments.run method=layer_fusion_params` or {RUN_ALL}._", ""]
     pv = paper_values(PAPER)
     in_runs: dict[tuple, set] = {}
-    for r in _of(runs):
+    for r in runs_of(runs, method=PAPER):
         if "params/fusion" in r["metrics"]:
             key = (_c(r, "model.name"), _c(r, "method.fusion"))
             in_runs.setdefault(key, set()).add(int(r["metrics"]["params/fusion"]))
@@ -219,7 +173,8 @@ def fewshot_grid(runs: list[dict], out: Path) -> list[str]:
     for (g, fusion, n, ep), rs in sorted(cells.items(), key=lambda kv: natural((*kv[0][0], FUSIONS.index(kv[0][1])
                                                                                if kv[0][1] in FUSIONS else 9,
                                                                                kv[0][2], kv[0][3]))):
-        t.add(_model_label(rs[0]), _task_label(rs[0]), REGIMES.get(g[2], g[2]), NAMES.get(fusion, fusion), n, f"{ep:g}",
+        t.add(_model_label(rs[0]), run_label(rs[0], "task"), REGIMES.get(g[2], g[2]), NAMES.get(fusion, fusion), n,
+              f"{ep:g}",
               shown([_f1(r) for r in rs]), shown([_f1(r, "dev/entity_f1_final") for r in rs]),
               shown([_f1(r, "eval/entity_f1") for r in rs]),
               shown([r["metrics"].get("train/best_step", 0) / max(r["metrics"].get("train/steps", 1), 1)
@@ -229,7 +184,7 @@ def fewshot_grid(runs: list[dict], out: Path) -> list[str]:
     t.notes = ["Best dev F1 = the best dev score seen over the run (the paper's 'best observed dev score': dev both "
                "chooses and reports, so it is optimistic); final = the last evaluation; eval F1 is scored once at the "
                "best-dev weights (ours, never used to choose). Trials re-draw the N·C sentences (uniform, not "
-               "stratified) and the new weights; intervals: 95% percentile bootstrap over trials (seaborn's default). "
+               "stratified) and the new weights; intervals: the " + SEED_INTERVAL + " (a trial per seed). "
                "Per-trial rows: [tables/fewshot_trials.csv](tables/fewshot_trials.csv).",
                "Figures: " + ", ".join(figure_link(p) for p in figs) + ".", *caps(recs)]
     return t.write(out)
@@ -247,7 +202,8 @@ def _grid_figures(recs: list[dict], cells: dict, out: Path) -> list[str]:
             for fusion in _fusions({k[1] for k in cells if k[0] == g}):
                 pts = []
                 for n in sorted({k[2] for k in cells if k[0] == g and k[1] == fusion and k[3] == ep}):
-                    m, lo, hi = mean_ci([_f1(r) for r in cells[(g, fusion, n, ep)]])
+                    e = seed_interval([_f1(r) for r in cells[(g, fusion, n, ep)]])
+                    m, lo, hi = e.value, e.lo, e.hi
                     pts.append((n, m, lo if lo is not None else m, hi if hi is not None else m))
                     data.append({"model": g[0], "task": g[1], "regime": g[2], "hardware": g[3], "epochs": ep,
                                  "fusion": fusion, "N": n, "trials": len(cells[(g, fusion, n, ep)]),
@@ -310,7 +266,7 @@ def relative_gains(runs: list[dict], out: Path) -> list[str]:
                                  pv.get("RoBERTa-large", "CoNLL-03", col, f"rel_gain_{fusion}_vs_base_n"),
                                  pv.get("RoBERTa-large", "CoNLL-03", col, f"gain_{fusion}_fe_vs_base_n"))
                      if c and g[2] == "fe"]  # the paper's gains are all feature extraction
-            t.add(_model_label(arm[0]), _task_label(arm[0]), REGIMES.get(g[2], g[2]), n, f"{ep:g}",
+            t.add(_model_label(arm[0]), run_label(arm[0], "task"), REGIMES.get(g[2], g[2]), n, f"{ep:g}",
                   NAMES.get(fusion, fusion), fmt(mb), fmt(mf), shown([a - b for a, b in pairs], sign=True),
                   "—" if rel is None else fmt(rel, 1, sign=True),
                   "; ".join(f"{c.value:+g}{'%' if c.metric.startswith('rel_') else ' points'} ({c.where})"
@@ -333,11 +289,11 @@ def sample_auc(runs: list[dict], out: Path) -> list[str]:
         ns = sorted(k[2] for k in cells if k[0] == g and k[3] == ep and k[1] == fusion)
         if len(ns) < 2:
             continue
-        ms = [mean_ci([_f1(r) for r in cells[(g, fusion, n, ep)]])[0] for n in ns]
+        ms = [seed_interval([_f1(r) for r in cells[(g, fusion, n, ep)]]).value for n in ns]
         x = np.log2(ns)
         auc = float(np.trapezoid(ms, x) / (x[-1] - x[0]))
         r0 = cells[(g, fusion, ns[0], ep)][0]
-        t.add(_model_label(r0), _task_label(r0), REGIMES.get(g[2], g[2]), f"{ep:g}", NAMES.get(fusion, fusion),
+        t.add(_model_label(r0), run_label(r0, "task"), REGIMES.get(g[2], g[2]), f"{ep:g}", NAMES.get(fusion, fusion),
               f"{ns[0]}-{ns[-1]}", fmt(auc))
     t.notes = ["Our addition (spec §4): the trapezoid area under the mean best dev F1 over log2 N, divided by the "
                "log2 range, i.e. the mean F1 over the N axis; compare rows of the same N range only."]
@@ -371,13 +327,13 @@ def learning_curves(runs: list[dict], out: Path) -> list[str]:
             stats = [curve_stats(r["extra"]["curve"], "dev/entity_f1", r["extra"].get("total_steps")
                                  or r["metrics"].get("train/steps", 1)) for r in rs]
             total = rs[0]["extra"].get("total_steps") or rs[0]["metrics"].get("train/steps")
-            t.add(_model_label(rs[0]), _task_label(rs[0]), REGIMES.get(g[2], g[2]), n, f"{ep:g}",
+            t.add(_model_label(rs[0]), run_label(rs[0], "task"), REGIMES.get(g[2], g[2]), n, f"{ep:g}",
                   NAMES.get(fusion, fusion), shown([_f1(r) for r in rs]), shown([s[0] for s in stats]),
                   shown([s[1] for s in stats], 0), shown([s[2] for s in stats]), total)
             grid = sorted({p["step"] for r in rs for p in r["extra"]["curve"]})
             ys = np.array([np.interp(grid, [p["step"] for p in r["extra"]["curve"]],
                                      [100 * p["dev/entity_f1"] for p in r["extra"]["curve"]]) for r in rs])
-            band = [mean_ci(ys[:, i]) for i in range(len(grid))]
+            band = [(e.value, e.lo, e.hi) for e in (seed_interval(ys[:, i]) for i in range(len(grid)))]
             ms = [b[0] for b in band]
             ax.plot(grid, ms, "-", color=COLORS.get(fusion), label=NAMES.get(fusion, fusion))
             if len(rs) > 1:
@@ -402,8 +358,8 @@ def fe_vs_ft(runs: list[dict], out: Path) -> list[str]:
     recs = _fewshot(runs)
     by: dict[tuple, dict[str, list[dict]]] = {}
     for r in recs:
-        key = (_c(r, "model.name"), _c(r, "task.name"), _hw(r), _c(r, "method.fusion"), _c(r, "method.shots"),
-               float(_c(r, "train.epochs")))
+        key = (_c(r, "model.name"), _c(r, "task.name"), hardware_label(r), _c(r, "method.fusion"),
+               _c(r, "method.shots"), float(_c(r, "train.epochs")))
         by.setdefault(key, {}).setdefault(_c(r, "method.regime"), []).append(r)
     both = {k: v for k, v in by.items() if "fe" in v and len(v) > 1}
     if not both:
@@ -418,7 +374,8 @@ def fe_vs_ft(runs: list[dict], out: Path) -> list[str]:
             if regime == "fe":
                 continue
             diffs = [_f1(r) - fe[_c(r, "seed")] for r in rs if _c(r, "seed") in fe]
-            t.add(_model_label(rs[0]), _task_label(rs[0]), key[2], NAMES.get(key[3], key[3]), key[4], f"{key[5]:g}",
+            t.add(_model_label(rs[0]), run_label(rs[0], "task"), key[2], NAMES.get(key[3], key[3]), key[4],
+                  f"{key[5]:g}",
                   shown(list(fe.values())), REGIMES.get(regime, regime), shown([_f1(r) for r in rs]),
                   shown(diffs, sign=True))
     t.notes = ["Paired by trial (the same seed draws the same sentences). The paper: FT beats every FE configuration, "
@@ -433,15 +390,14 @@ def _acc(rs: list[dict]) -> list[float]:
 
 
 def _diff(a: list[dict], b: list[dict]) -> str:
-    """a − b in points, paired by seed: mean [CI over seeds], or one seed's paired bootstrap over eval examples."""
+    """a − b in points, paired by seed: mean [t interval over seeds], or one seed's paired bootstrap over eval
+    examples."""
     by_seed = {_c(r, "seed"): r for r in b}
     pairs = [(r, by_seed[_c(r, "seed")]) for r in a if _c(r, "seed") in by_seed]
     if not pairs:
         return "—"
     if len(pairs) == 1:
-        d, lo, hi = paired_accuracy_diff(*pairs[0])
-        return fmt(d, sign=True) + (f" [{fmt(lo, sign=True)}, {fmt(hi, sign=True)}]" if lo is not None else "") + \
-            " (n=1)"
+        return str(paired_diff(*pairs[0], n=1, sign=True))
     return shown([100 * (x["metrics"]["eval/accuracy"] - y["metrics"]["eval/accuracy"]) for x, y in pairs], sign=True)
 
 
@@ -452,7 +408,7 @@ def p32(runs: list[dict], out: Path) -> list[str]:
     pv = paper_values(PAPER)
     groups: dict[tuple, dict[str, dict[str, list[dict]]]] = {}
     for r in recs:
-        g = (_c(r, "model.name"), _c(r, "method.regime"), _c(r, "method.prenorm_handling"), _hw(r))
+        g = (_c(r, "model.name"), _c(r, "method.regime"), _c(r, "method.prenorm_handling"), hardware_label(r))
         groups.setdefault(g, {}).setdefault(_c(r, "task.name"), {}).setdefault(_c(r, "method.fusion"), []).append(r)
     t = Table("p32", "P-32 (Tables 2 / 6): eval accuracy of the last-layer baseline, P-32 and Avg.Pool beside the "
               "paper's rows", ["model", "regime", "task", "majority", "baseline", "P-32", "Avg.Pool",
@@ -477,7 +433,7 @@ def p32(runs: list[dict], out: Path) -> list[str]:
             ent = [r["metrics"]["lambda/entropy_ratio"] for r in arms.get("scalar_mix", [])
                    if "lambda/entropy_ratio" in r["metrics"]]
             t.add(_model_label(r0), regime,
-                  _task_label(r0), fmt(None if maj is None else 100 * maj),
+                  run_label(r0, "task"), fmt(None if maj is None else 100 * maj),
                   *(shown(_acc(arms[a])) if arms.get(a) else "—" for a, _ in P32_ARMS),
                   *(_diff(arms[a], arms[b]) if arms.get(a) and arms.get(b) else "—"
                     for a, b in (("scalar_mix", "last"), ("mean", "last"), ("scalar_mix", "mean"))),
@@ -518,7 +474,7 @@ def truncation(runs: list[dict], out: Path) -> list[str]:
     recs = _p32(runs, truncated=True)
     if not recs:
         return []  # the §5.1 sweep is paper-scale work (experiment=layer_fusion/p32_truncation)
-    full = {(_c(r, "model.name"), _c(r, "task.name"), _c(r, "method.regime"), _hw(r)): r for r in _p32(runs)
+    full = {(_c(r, "model.name"), _c(r, "task.name"), _c(r, "method.regime"), hardware_label(r)): r for r in _p32(runs)
             if _c(r, "method.fusion") == "last"}
     pv = paper_values(PAPER)
     t = Table("truncation", "P-32 §5.1 (Tables 3 / 4): the baseline on its first n blocks",
@@ -526,16 +482,17 @@ def truncation(runs: list[dict], out: Path) -> list[str]:
     by: dict[tuple, list[dict]] = {}
     for r in recs:
         if _c(r, "method.fusion") == "last":
-            by.setdefault((_c(r, "model.name"), _c(r, "task.name"), _c(r, "method.regime"), _hw(r),
+            by.setdefault((_c(r, "model.name"), _c(r, "task.name"), _c(r, "method.regime"), hardware_label(r),
                            _c(r, "method.truncate")), []).append(r)
     for k, rs in sorted(by.items(), key=lambda kv: natural(kv[0])):
         m = pv.find_for(rs[0], f"first{k[4]}", "accuracy")
-        t.add(_model_label(rs[0]), _regime_label(k[2]), _task_label(rs[0]), k[4], shown(_acc(rs)),
+        t.add(_model_label(rs[0]), _regime_label(k[2]), run_label(rs[0], "task"), k[4], shown(_acc(rs)),
               "—" if m is None else f"{fmt(m.value)} ({m.row})")
         f = full.get(k[:4])
-        if f is not None and not any(row[3] == _c(f, "model.num_layers") and row[2] == _task_label(f)
+        if f is not None and not any(row[3] == _c(f, "model.num_layers") and row[2] == run_label(f, "task")
                                      for row in t.rows):
-            t.add(_model_label(f), _regime_label(k[2]), _task_label(f), _c(f, "model.num_layers"), shown(_acc([f])),
+            t.add(_model_label(f), _regime_label(k[2]), run_label(f, "task"), _c(f, "model.num_layers"),
+                  shown(_acc([f])),
                   "(full model: the Table 2 baseline)")
     t.notes = ["The paper truncates to the first n blocks and fine-tunes a head there ('overthinking'): BERT rises "
                "strictly with depth except on RTE; LLaMA-2-7B rises then falls."]
@@ -545,12 +502,13 @@ def truncation(runs: list[dict], out: Path) -> list[str]:
 # ---- P-32 Fig. 2: the learned λ -----------------------------------------------------------------------------------
 
 def lambda_heatmap(runs: list[dict], out: Path) -> list[str]:
-    recs = [r for r in _of(runs) if _c(r, "method.fusion") == "scalar_mix" and (r.get("extra") or {}).get("lambda")]
+    recs = [r for r in runs_of(runs, {"method.fusion": "scalar_mix"}, method=PAPER)
+            if (r.get("extra") or {}).get("lambda")]
     if not recs:
         return [f"_λ heatmap (P-32 Fig. 2): no scalar_mix record with its learned λ; run {RUN_P32}._", ""]
     groups: dict[tuple, dict[str, list[dict]]] = {}
     for r in recs:
-        g = (_c(r, "model.name"), _c(r, "method.protocol"), _c(r, "method.regime"), _hw(r))
+        g = (_c(r, "model.name"), _c(r, "method.protocol"), _c(r, "method.regime"), hardware_label(r))
         groups.setdefault(g, {}).setdefault(_c(r, "task.name"), []).append(r)
     plt = pyplot()
     order = sorted(groups, key=natural)
@@ -600,7 +558,7 @@ def _softmax(x) -> list[float]:
 # ---- feature-extraction speed -------------------------------------------------------------------------------------
 
 def bench(runs: list[dict], out: Path) -> list[str]:
-    recs = _of(runs, "layer_fusion_bench")
+    recs = runs_of(runs, method="layer_fusion_bench")
     if not recs:
         return ["_Feature-extraction speed: no method=layer_fusion_bench records; run "
                 "`python -m experiments.run method=layer_fusion_bench` or " + RUN_ALL + "._", ""]
@@ -612,9 +570,8 @@ def bench(runs: list[dict], out: Path) -> list[str]:
         for k in keys:
             if k not in m:
                 continue
-            ci = f" [{fmt(m[k + '_lo'])}, {fmt(m[k + '_hi'])}]" if k + "_lo" in m and k + "_hi" in m else ""
-            t.add(_model_label(r), _task_label(r), NAMES.get(_c(r, "method.fusion"), _c(r, "method.fusion")), k,
-                  f"{fmt(m[k])}{ci}", r["provenance"].get("device"))
+            t.add(_model_label(r), run_label(r, "task"), NAMES.get(_c(r, "method.fusion"), _c(r, "method.fusion")), k,
+                  str(metric_cell(m, k)), r["provenance"].get("device"))
     t.notes = ["Both arms train the same fusion and head on the same sentences, interleaved in one process; the "
                "ratio is the cached arm's speed-up (its interval from the benchmark's own repeats)."]
     return t.write(out)
