@@ -518,9 +518,9 @@ def evaluate_comparison(claim: Claim, comp: Comparison, runs: list[dict],
             b_only = all(all(side == "b" for side, s in signals[g.key] if s.why(margin)) for g in groups)
             out.baseline_failed = b_only and comp.b is not None
             out.verdict, out.p, out.notes = "not testable here", None, []
-            out.reason = "baseline failed to train" if out.baseline_failed else "no arm does its task"
+            out.reason = ("baseline failed to train" if out.baseline_failed
+                          else "every group has an arm not doing its task")
             out.parts = (0, named)
-            return out
         for m in (margin - 1, margin + 1):
             alt = kept(m)
             if {g.key for g in alt} != {g.key for g in chosen}:
@@ -530,6 +530,8 @@ def evaluate_comparison(claim: Claim, comp: Comparison, runs: list[dict],
                 out.alt[m] = trial.verdict if alt else "not testable here"
                 if out.alt[m] != out.verdict:
                     out.fragile.append(f"the signal guard at {m:g} points: {out.alt[m]}")
+        if not chosen:
+            return out
     if out.verdict in ("holds", "does not hold") and out.parts[0] < named:
         out.notes.append(f"decided on {out.parts[0]} of {named} groups")
     return out
