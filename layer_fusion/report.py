@@ -27,9 +27,9 @@ import numpy as np
 
 from experiments.evidence import selection
 from experiments.evidence.paper_values import paper_values
-from experiments.evidence.tables import (SEED_INTERVAL, Table, caps, figure_link, fmt, hardware_label, metric_cell,
-                                         model_label, natural, paired_diff, pyplot, run_label, runs_of, save_figure,
-                                         sections, seed_interval)
+from experiments.evidence.tables import (SEED_INTERVAL, Estimate, Table, caps, figure_link, fmt, hardware_label,
+                                         metric_cell, model_label, natural, paired_diff, pyplot, run_label, runs_of,
+                                         save_figure, sections, seed_interval)
 from experiments.evidence.tables import config_value as _c
 
 GENERIC_TABLES = ()
@@ -78,11 +78,6 @@ def _f1(r: dict, key: str = "dev/entity_f1") -> float | None:
 
 
 # ---- numbers ------------------------------------------------------------------------------------------------------
-
-def shown(values, digits: int = 2, sign: bool = False) -> str:
-    """Over trials (one per seed): 'm [lo, hi] (n=k)' with the 95 % t interval, or 'm (n=1)'."""
-    return str(seed_interval(values, digits, sign))
-
 
 def curve_stats(curve: list[dict], key: str, total: int) -> tuple[float, int, float]:
     """(step-efficiency AUC, steps to 90% of the best, that as a fraction of the budget) of one dev curve (ours).
@@ -175,9 +170,9 @@ def fewshot_grid(runs: list[dict], out: Path) -> list[str]:
                                                                                kv[0][2], kv[0][3]))):
         t.add(_model_label(rs[0]), run_label(rs[0], "task"), REGIMES.get(g[2], g[2]), NAMES.get(fusion, fusion), n,
               f"{ep:g}",
-              shown([_f1(r) for r in rs]), shown([_f1(r, "dev/entity_f1_final") for r in rs]),
-              shown([_f1(r, "eval/entity_f1") for r in rs]),
-              shown([r["metrics"].get("train/best_step", 0) / max(r["metrics"].get("train/steps", 1), 1)
+              seed_interval([_f1(r) for r in rs]), seed_interval([_f1(r, "dev/entity_f1_final") for r in rs]),
+              seed_interval([_f1(r, "eval/entity_f1") for r in rs]),
+              seed_interval([r["metrics"].get("train/best_step", 0) / max(r["metrics"].get("train/steps", 1), 1)
                      for r in rs], 2), g[3])
     figs = _grid_figures(recs, cells, out)
     _trials_csv(recs, out)
@@ -267,7 +262,7 @@ def relative_gains(runs: list[dict], out: Path) -> list[str]:
                                  pv.get("RoBERTa-large", "CoNLL-03", col, f"gain_{fusion}_fe_vs_base_n"))
                      if c and g[2] == "fe"]  # the paper's gains are all feature extraction
             t.add(_model_label(arm[0]), run_label(arm[0], "task"), REGIMES.get(g[2], g[2]), n, f"{ep:g}",
-                  NAMES.get(fusion, fusion), fmt(mb), fmt(mf), shown([a - b for a, b in pairs], sign=True),
+                  NAMES.get(fusion, fusion), fmt(mb), fmt(mf), seed_interval([a - b for a, b in pairs], sign=True),
                   "—" if rel is None else fmt(rel, 1, sign=True),
                   "; ".join(f"{c.value:+g}{'%' if c.metric.startswith('rel_') else ' points'} ({c.where})"
                             for c in paper) or "—")
@@ -328,8 +323,8 @@ def learning_curves(runs: list[dict], out: Path) -> list[str]:
                                  or r["metrics"].get("train/steps", 1)) for r in rs]
             total = rs[0]["extra"].get("total_steps") or rs[0]["metrics"].get("train/steps")
             t.add(_model_label(rs[0]), run_label(rs[0], "task"), REGIMES.get(g[2], g[2]), n, f"{ep:g}",
-                  NAMES.get(fusion, fusion), shown([_f1(r) for r in rs]), shown([s[0] for s in stats]),
-                  shown([s[1] for s in stats], 0), shown([s[2] for s in stats]), total)
+                  NAMES.get(fusion, fusion), seed_interval([_f1(r) for r in rs]), seed_interval([s[0] for s in stats]),
+                  seed_interval([s[1] for s in stats], 0), seed_interval([s[2] for s in stats]), total)
             grid = sorted({p["step"] for r in rs for p in r["extra"]["curve"]})
             ys = np.array([np.interp(grid, [p["step"] for p in r["extra"]["curve"]],
                                      [100 * p["dev/entity_f1"] for p in r["extra"]["curve"]]) for r in rs])
@@ -376,8 +371,8 @@ def fe_vs_ft(runs: list[dict], out: Path) -> list[str]:
             diffs = [_f1(r) - fe[_c(r, "seed")] for r in rs if _c(r, "seed") in fe]
             t.add(_model_label(rs[0]), run_label(rs[0], "task"), key[2], NAMES.get(key[3], key[3]), key[4],
                   f"{key[5]:g}",
-                  shown(list(fe.values())), REGIMES.get(regime, regime), shown([_f1(r) for r in rs]),
-                  shown(diffs, sign=True))
+                  seed_interval(list(fe.values())), REGIMES.get(regime, regime), seed_interval([_f1(r) for r in rs]),
+                  seed_interval(diffs, sign=True))
     t.notes = ["Paired by trial (the same seed draws the same sentences). The paper: FT beats every FE configuration, "
                "even Base+n fine-tuned; at N = 8 Concat-FE already gets most of FT's improvement."]
     return t.write(out)
@@ -389,16 +384,17 @@ def _acc(rs: list[dict]) -> list[float]:
     return [100 * r["metrics"]["eval/accuracy"] for r in rs]
 
 
-def _diff(a: list[dict], b: list[dict]) -> str:
+def _diff(a: list[dict], b: list[dict]) -> Estimate:
     """a − b in points, paired by seed: mean [t interval over seeds], or one seed's paired bootstrap over eval
     examples."""
     by_seed = {_c(r, "seed"): r for r in b}
     pairs = [(r, by_seed[_c(r, "seed")]) for r in a if _c(r, "seed") in by_seed]
     if not pairs:
-        return "—"
+        return Estimate(None)
     if len(pairs) == 1:
-        return str(paired_diff(*pairs[0], n=1, sign=True))
-    return shown([100 * (x["metrics"]["eval/accuracy"] - y["metrics"]["eval/accuracy"]) for x, y in pairs], sign=True)
+        return paired_diff(*pairs[0], n=1, sign=True)
+    return seed_interval([100 * (x["metrics"]["eval/accuracy"] - y["metrics"]["eval/accuracy"]) for x, y in pairs],
+                         sign=True)
 
 
 def p32(runs: list[dict], out: Path) -> list[str]:
@@ -434,10 +430,10 @@ def p32(runs: list[dict], out: Path) -> list[str]:
                    if "lambda/entropy_ratio" in r["metrics"]]
             t.add(_model_label(r0), regime,
                   run_label(r0, "task"), fmt(None if maj is None else 100 * maj),
-                  *(shown(_acc(arms[a])) if arms.get(a) else "—" for a, _ in P32_ARMS),
+                  *(seed_interval(_acc(arms[a])) if arms.get(a) else "—" for a, _ in P32_ARMS),
                   *(_diff(arms[a], arms[b]) if arms.get(a) and arms.get(b) else "—"
                     for a, b in (("scalar_mix", "last"), ("mean", "last"), ("scalar_mix", "mean"))),
-                  paper_row, paper_vals, fmt(pd, sign=True), shown(ent, 3))
+                  paper_row, paper_vals, fmt(pd, sign=True), seed_interval(ent, 3))
         if len(tasks) > 1:
             avg = {a: (float(np.mean(v)) if len(v) == len(tasks) else None) for a, v in means.items()}
             r0 = next(iter(next(iter(tasks.values())).values()))[0]
@@ -486,13 +482,13 @@ def truncation(runs: list[dict], out: Path) -> list[str]:
                            _c(r, "method.truncate")), []).append(r)
     for k, rs in sorted(by.items(), key=lambda kv: natural(kv[0])):
         m = pv.find_for(rs[0], f"first{k[4]}", "accuracy")
-        t.add(_model_label(rs[0]), _regime_label(k[2]), run_label(rs[0], "task"), k[4], shown(_acc(rs)),
+        t.add(_model_label(rs[0]), _regime_label(k[2]), run_label(rs[0], "task"), k[4], seed_interval(_acc(rs)),
               "—" if m is None else f"{fmt(m.value)} ({m.row})")
         f = full.get(k[:4])
         if f is not None and not any(row[3] == _c(f, "model.num_layers") and row[2] == run_label(f, "task")
                                      for row in t.rows):
             t.add(_model_label(f), _regime_label(k[2]), run_label(f, "task"), _c(f, "model.num_layers"),
-                  shown(_acc([f])),
+                  seed_interval(_acc([f])),
                   "(full model: the Table 2 baseline)")
     t.notes = ["The paper truncates to the first n blocks and fine-tunes a head there ('overthinking'): BERT rises "
                "strictly with depth except on RTE; LLaMA-2-7B rises then falls."]

@@ -367,6 +367,8 @@ def _from_tables(m: re.Match) -> str:
 
 
 def _csv_cell(x):
+    if isinstance(x, Estimate):  # as the markdown shows it ('' for none)
+        x = str(x)
     if x is None or (isinstance(x, float) and math.isnan(x)) or x == "—":  # the tables' dash means missing
         return ""
     return f"{x:.10g}" if isinstance(x, float) else x
