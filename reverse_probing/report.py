@@ -22,7 +22,7 @@ SQuAD F1 0-100):
     tables/bench             head-only training per epoch vs one encoder forward over the same documents
 
 Every score is the target's objective on its eval split (CoNLL F1 ×100 for coreference, SQuAD F1 for quoref), scored
-once at the weights dev chose; a cell is mean [95% bootstrap CI over seeds] (n). Layers and concat depths are chosen on
+once at the weights dev chose; a cell is mean [95 % t interval over seeds] (n). Layers and concat depths are chosen on
 dev, never on eval. A section without records says which command makes them."""
 from __future__ import annotations
 
@@ -31,10 +31,11 @@ from pathlib import Path
 import numpy as np
 
 from experiments.evidence import selection
-from experiments.evidence.stats import BOOT_SEED, bootstrap_seeds, percentile_ci
 from experiments.evidence.paper_values import paper_values
-from experiments.evidence.tables import (PERCENT, Table, caps as table_caps, config_value, figure_link, fmt, natural, pyplot, save_figure,
-                                sections)
+from experiments.evidence.tables import (PERCENT, SEED_INTERVAL, Estimate, Table, figure_link, fmt, hardware_label,
+                                         metric_cell, natural, pyplot, runs_of, save_figure, sections, seed_interval)
+from experiments.evidence.tables import caps as table_caps
+from experiments.evidence.tables import config_value as _c
 
 GENERIC_TABLES = ()
 PAPER = "reverse_probing"
@@ -71,24 +72,13 @@ def run_exp(name: str) -> str:
 
 # ---- records ------------------------------------------------------------------------------------------------------
 
-_c = config_value
-
-
-def _hw(r: dict) -> str:
-    return r["provenance"].get("hardware") or _c(r, "hardware.name") or "?"
-
-
-def _of(runs: list[dict], method: str = "reverse_probing") -> list[dict]:
-    return [r for r in runs if _c(r, "method.name") == method]
-
-
 def sources(r: dict) -> tuple[str, ...]:
     return tuple(_c(r, "method.sources") or [_c(r, "model.name")])
 
 
 def _group(r: dict) -> tuple[str, str]:
     """A block of rows: the target task and the hardware (scales never mix)."""
-    return _c(r, "task.name"), _hw(r)
+    return _c(r, "task.name"), hardware_label(r)
 
 
 def target_label(task: str) -> str:
@@ -116,7 +106,8 @@ def arm(recs: list[dict], srcs: tuple, variant: str, agg: str, **fields) -> list
 
 
 def best_on_dev(recs: list[dict], field: str) -> tuple[list[dict], object]:
-    """The records at the value of `field` with the best mean dev objective (experiments.evidence.selection), and that value."""
+    """The records at the value of `field` with the best mean dev objective (experiments.evidence.selection), and that
+    value."""
     if not recs:
         return [], None
     chosen = selection.best_dev_over(recs, field)
@@ -205,18 +196,6 @@ def paper_text(row: str | None, column: str) -> str:
 
 # ---- numbers with their intervals ---------------------------------------------------------------------------------
 
-def ci_cell(values, sign: bool = False) -> str:
-    """'mean [lo, hi] (n=k)': the 95% percentile bootstrap over seeds (no interval for one seed); '—' for none."""
-    v = np.array([x for x in values if x is not None], dtype=float)
-    if not len(v):
-        return "—"
-    text = fmt(float(v.mean()), sign=sign)
-    if len(v) > 1:
-        lo, hi = percentile_ci(bootstrap_seeds(v, np.random.default_rng(BOOT_SEED)))
-        text += f" [{fmt(lo, sign=sign)}, {fmt(hi, sign=sign)}]"
-    return f"{text} (n={len(v)})"
-
-
 def mean_of(recs: list[dict], split: str = "eval") -> float | None:
     v = [s for r in recs if (s := score(r, split)) is not None]
     return float(np.mean(v)) if v else None
@@ -273,7 +252,7 @@ def _trunc_cells(recs: list[dict], srcs: tuple) -> tuple[list[dict], list[dict],
 
 
 def table1(runs: list[dict], out: Path) -> list[str]:
-    recs = [r for r in _of(runs) if len(sources(r)) == 1]
+    recs = [r for r in runs_of(runs, method=PAPER) if len(sources(r)) == 1]
     if not recs:
         return [f"_Table 1 (single sources): no single-source method=reverse_probing records; run "
                 f"{run_exp('quoref_single')} (and {run_exp('signal_cpu')} for winogrande-coref)._", ""]
@@ -315,8 +294,8 @@ def _table1_row(block: list[dict], srcs: tuple, concat: list[int]) -> list[str]:
     for agg in AGGS:
         for v in VARIANTS:
             rs = (mean_t if agg == "mean" else att_t) if v == "trunc" else arm(block, srcs, v, agg)
-            cells.append(ci_cell([score(r) for r in rs]))
-    cells += [ci_cell([score(r) for r in arm(block, srcs, "concat", "attention", concat_n=n)]) for n in concat]
+            cells.append(seed_interval([score(r) for r in rs]))
+    cells += [seed_interval([score(r) for r in arm(block, srcs, "concat", "attention", concat_n=n)]) for n in concat]
     return [layers[srcs[0]] if layers else "—", *cells]
 
 
@@ -343,7 +322,7 @@ def _fig2(bars: list, out: Path) -> str | None:
 # ---- Tables 2 and 3 -----------------------------------------------------------------------------------------------
 
 def combos(runs: list[dict], out: Path, name: str, where: str, k: range) -> list[str]:
-    recs = [r for r in _of(runs) if len(sources(r)) in k]
+    recs = [r for r in runs_of(runs, method=PAPER) if len(sources(r)) in k]
     what = "pairs" if k.start == 2 and k.stop == 3 else "three sources and more"
     if not recs:
         return [f"_{where} ({what}): no method=reverse_probing records with {what}; run "
@@ -355,7 +334,7 @@ def combos(runs: list[dict], out: Path, name: str, where: str, k: range) -> list
     for g, block in _blocks(recs).items():
         for srcs in _sets(block, k):
             mean_t, att_t, layers = _trunc_cells(block, srcs)
-            cells = [ci_cell([score(r) for r in ((mean_t if a == "mean" else att_t) if v == "trunc"
+            cells = [seed_interval([score(r) for r in ((mean_t if a == "mean" else att_t) if v == "trunc"
                                                   else arm(block, srcs, v, a))]) for a in AGGS for v in VARIANTS]
             t.add(_block(g), combo_label(srcs, layers), "ours", *cells)
             row = paper_combo(srcs, where)
@@ -379,7 +358,7 @@ def table3(runs: list[dict], out: Path) -> list[str]:
 # ---- the layer sweep (Fig. 5) -------------------------------------------------------------------------------------
 
 def layer_sweep(runs: list[dict], out: Path) -> list[str]:
-    recs = [r for r in _of(runs) if len(sources(r)) == 1 and _c(r, "method.aggregate") == "mean"
+    recs = [r for r in runs_of(runs, method=PAPER) if len(sources(r)) == 1 and _c(r, "method.aggregate") == "mean"
             and _c(r, "method.variant") in ("trunc", "full")]
     if not any(_c(r, "method.variant") == "trunc" for r in recs):
         return [f"_Layer sweep (Fig. 5): no single-source trunc records with mean aggregation; run "
@@ -402,9 +381,9 @@ def layer_sweep(runs: list[dict], out: Path) -> list[str]:
         pl = paper_cell(row, "trunc", "best_layer")
         sweep = [paper_cell(row, f"trunc-L{L}") for L in range(6, 13)]
         gain = paired(arms[inter], arms[final]) if inter is not None and final in arms else []
-        t.add(_block(g), source_label(src), *[ci_cell([score(r) for r in arms.get(L, [])]) for L in layers],
+        t.add(_block(g), source_label(src), *[seed_interval([score(r) for r in arms.get(L, [])]) for L in layers],
               best if best is not None else "—", fmt(mean_of(arms[best], "dev")) if best is not None else "—",
-              inter if inter is not None else "—", ci_cell(gain, sign=True), pl.value if pl else "—",
+              inter if inter is not None else "—", seed_interval(gain, sign=True), pl.value if pl else "—",
               " / ".join(fmt(c.value) for c in sweep) if all(sweep) else "—")
     fig = _fig5([(g, src, arms, best) for g, src, arms, _, best, _ in rows], out)
     t.notes = ["L = hidden_states index (1 = the first block's output); the final layer's cell is the source's full "
@@ -441,16 +420,14 @@ def _fig5(curves: list, out: Path) -> str:
 
 
 def _band(values) -> tuple[float, float, float]:
-    v = np.asarray(values, dtype=float)
-    if len(v) < 2:
-        return float(v.mean()), float(v.mean()), float(v.mean())
-    return (float(v.mean()), *percentile_ci(bootstrap_seeds(v, np.random.default_rng(BOOT_SEED))))
+    e = seed_interval(values)
+    return (e.value, e.value, e.value) if e.lo is None else (e.value, e.lo, e.hi)
 
 
 # ---- Fig. 4: mean vs attention ------------------------------------------------------------------------------------
 
 def mean_vs_attention(runs: list[dict], out: Path) -> list[str]:
-    recs = [r for r in _of(runs) if _c(r, "method.variant") == "full" and _c(r, "method.aggregate") in AGGS]
+    recs = runs_of(runs, {"method.variant": "full", "method.aggregate": list(AGGS)}, method=PAPER)
     rows = []
     for g, block in _blocks(recs).items():
         for srcs in _sets(block, range(1, 99)):
@@ -467,8 +444,8 @@ def mean_vs_attention(runs: list[dict], out: Path) -> list[str]:
     for g, srcs, m, a in rows:
         prow = paper_name(srcs[0]) if len(srcs) == 1 else paper_combo(srcs, "Table 2") or paper_combo(srcs, "Table 3")
         pm, pa = paper_cell(prow, "mean-full"), paper_cell(prow, "attn-full")
-        t.add(_block(g), combo_label(srcs), ci_cell([score(r) for r in m]), ci_cell([score(r) for r in a]),
-              ci_cell(paired(a, m), sign=True), f"{fmt(pm.value)} / {fmt(pa.value)}" if pm and pa else "—",
+        t.add(_block(g), combo_label(srcs), seed_interval([score(r) for r in m]), seed_interval([score(r) for r in a]),
+              seed_interval(paired(a, m), sign=True), f"{fmt(pm.value)} / {fmt(pa.value)}" if pm and pa else "—",
               fmt(pa.value - pm.value, sign=True) if pm and pa else "—")
         data += [{"target": g[0], "hardware": g[1], "sources": "+".join(srcs), "k": len(srcs), "aggregate": agg,
                   "eval_f1_mean": mean_of(rs), "seeds": len(rs)} for agg, rs in (("mean", m), ("attention", a))]
@@ -504,7 +481,7 @@ def _grouped_bars(data: list[dict], key: str, arms: tuple, out: Path, name: str,
 # ---- Fig. 8: single vs pairs --------------------------------------------------------------------------------------
 
 def single_vs_pairs(runs: list[dict], out: Path) -> list[str]:
-    recs = [r for r in _of(runs) if _c(r, "method.variant") == "full"]
+    recs = [r for r in runs_of(runs, method=PAPER) if _c(r, "method.variant") == "full"]
     t = Table("single_vs_pairs", "Single sources vs their pair (Fig. 8), full embeddings: eval F1",
               ["target (hardware)", "aggregate", "pair", "source 1", "source 2", "both", "best single (dev)",
                "pair − best single (paired)", "paper: 1 / 2 / pair"], runs=recs)
@@ -520,8 +497,9 @@ def single_vs_pairs(runs: list[dict], out: Path) -> list[str]:
                            else -np.inf)
                 prow = paper_combo(pair, "Table 2")
                 paper = [paper_cell(x, f"{short}-full") for x in (*(paper_name(s) for s in pair), prow)]
-                t.add(_block(g), agg, combo_label(pair), *(ci_cell([score(r) for r in rs]) for rs in (*singles, p)),
-                      sources(best[0])[0], ci_cell(paired(p, best), sign=True),
+                t.add(_block(g), agg, combo_label(pair),
+                      *(seed_interval([score(r) for r in rs]) for rs in (*singles, p)),
+                      sources(best[0])[0], seed_interval(paired(p, best), sign=True),
                       " / ".join(fmt(c.value) if c else "—" for c in paper))
                 data += [{"target": g[0], "hardware": g[1], "aggregate": agg, "pair": "+".join(pair), "bar": bar,
                           "eval_f1_mean": mean_of(rs), "seeds": len(rs)}
@@ -557,7 +535,7 @@ def _fig8(data: list[dict], out: Path) -> str:
 # ---- Fig. 3: cosine to the CorefTarget encoder --------------------------------------------------------------------
 
 def cossim(runs: list[dict], out: Path) -> list[str]:
-    recs = _of(runs, "reverse_probing_cossim")
+    recs = runs_of(runs, method="reverse_probing_cossim")
     if not recs:
         return [f"_Cosine to the CorefTarget encoder (Fig. 3): no method=reverse_probing_cossim records; run "
                 f"{run_exp('cossim_cpu')}._", ""]
@@ -569,7 +547,7 @@ def cossim(runs: list[dict], out: Path) -> list[str]:
         for k in keys:
             src = k.split("/", 1)[1]
             vals = [r["metrics"][k] for r in block if k in r["metrics"]]
-            t.add(_block(g), source_label(src), ci_cell(vals), "high" if paper_name(src) in ("BERT", "MRPC")
+            t.add(_block(g), source_label(src), seed_interval(vals), "high" if paper_name(src) in ("BERT", "MRPC")
                   else "low" if paper_name(src) in ("QA", "NER") else "—")
             data.append({"target": g[0], "hardware": g[1], "source": src, "cosine_mean": float(np.mean(vals)),
                          "seeds": len(vals)})
@@ -592,7 +570,7 @@ def cossim(runs: list[dict], out: Path) -> list[str]:
 # ---- Fig. 9: α over training -------------------------------------------------------------------------------------
 
 def alpha(runs: list[dict], out: Path) -> list[str]:
-    recs = [r for r in _of(runs) if len(sources(r)) >= 3 and (r.get("extra") or {}).get("alpha")]
+    recs = [r for r in runs_of(runs, method=PAPER) if len(sources(r)) >= 3 and (r.get("extra") or {}).get("alpha")]
     if not recs:
         return [f"_Attention weights over training (Fig. 9): no attention record with 3 or more sources and "
                 f"extra.alpha; run {run_exp('quoref_multi')}._", ""]
@@ -609,8 +587,8 @@ def alpha(runs: list[dict], out: Path) -> list[str]:
         n = min(len(r["extra"]["alpha"]) for r in rs)  # early stopping ends seeds at different evaluations
         arr = np.array([np.asarray(r["extra"]["alpha"][:n], dtype=float) for r in rs])  # (seeds, evaluations, k)
         for i, src in enumerate(srcs):
-            t.add(_block(g), combo_label(srcs), variant, source_label(src), ci_cell(arr[:, 0, i]),
-                  ci_cell(arr[:, -1, i]), ci_cell(arr[:, -1, i] - arr[:, 0, i], sign=True))
+            t.add(_block(g), combo_label(srcs), variant, source_label(src), seed_interval(arr[:, 0, i]),
+                  seed_interval(arr[:, -1, i]), seed_interval(arr[:, -1, i] - arr[:, 0, i], sign=True))
             ax.plot(range(1, n + 1), arr[:, :, i].mean(0), "o-", ms=3, label=src)
             data += [{"target": g[0], "hardware": g[1], "sources": "+".join(srcs), "variant": variant, "source": src,
                       "evaluation": e + 1, "alpha_mean": float(arr[:, e, i].mean()), "seeds": len(rs)}
@@ -636,11 +614,11 @@ def json_layers(r: dict) -> str:
 # ---- §4.3: sum vs mean --------------------------------------------------------------------------------------------
 
 def sum_vs_mean(runs: list[dict], out: Path) -> list[str]:
-    sums = [r for r in _of(runs) if _c(r, "method.aggregate") == "sum"]
+    sums = [r for r in runs_of(runs, method=PAPER) if _c(r, "method.aggregate") == "sum"]
     if not sums:
         return [f"_Sum vs mean (§4.3): no method.aggregate=sum records; run {run_exp('quoref_sum')} (its mean: "
                 f"{run_exp('quoref_pairs')})._", ""]
-    recs = _of(runs)
+    recs = runs_of(runs, method=PAPER)
     t = Table("sum_vs_mean", "Sum vs mean aggregation (§4.3): eval F1",
               ["target (hardware)", "sources", "variant", "sum", "mean", "sum − mean (paired)", "paper sum / mean"],
               runs=sums)
@@ -654,8 +632,8 @@ def sum_vs_mean(runs: list[dict], out: Path) -> list[str]:
         fields = {k: _c(r, f"method.{k}") for k in ("trunc", "concat_n")}
         s = arm([x for x in recs if _group(x) == key[0]], key[1], key[2], "sum", **fields)
         m = arm([x for x in recs if _group(x) == key[0]], key[1], key[2], "mean", **fields)
-        t.add(_block(key[0]), combo_label(key[1]), key[2], ci_cell([score(x) for x in s]),
-              ci_cell([score(x) for x in m]), ci_cell(paired(s, m), sign=True),
+        t.add(_block(key[0]), combo_label(key[1]), key[2], seed_interval([score(x) for x in s]),
+              seed_interval([score(x) for x in m]), seed_interval(paired(s, m), sign=True),
               f"{fmt(ps.value)} / {fmt(pm.value)} (MRPC+BERT, full)")
     t.notes = ["For one source sum and mean are the same computation; the paper compares them once, on frozen MRPC + "
                "BERT (−0.92 points, 'slightly worse'); offline the two sentence-pair-trained sources (minilm-l6, "
@@ -666,7 +644,7 @@ def sum_vs_mean(runs: list[dict], out: Path) -> list[str]:
 # ---- the sources on their own tasks -------------------------------------------------------------------------------
 
 def source_tasks(runs: list[dict], out: Path) -> list[str]:
-    recs = _of(runs, "reverse_probing_source")
+    recs = runs_of(runs, method="reverse_probing_source")
     if not recs:
         return [f"_Source fine-tunes on their own tasks: no method=reverse_probing_source records; run {RUN_ALL} "
                 f"(and {run_exp('offline_gpu_build_quoref')})._", ""]
@@ -702,8 +680,8 @@ def _signal_key(r: dict) -> str:
     return "eval/accuracy" if _c(r, "task.type") == "coref" or "eval/accuracy" in r["metrics"] else objective(r)
 
 
-def _col(rs: list[dict], key: str) -> str:
-    return ci_cell([points(r, key) for r in rs])
+def _col(rs: list[dict], key: str) -> Estimate:
+    return seed_interval([points(r, key) for r in rs])
 
 
 def _mean_cell(rs: list[dict], key: str) -> str:
@@ -712,7 +690,7 @@ def _mean_cell(rs: list[dict], key: str) -> str:
 
 
 def signal(runs: list[dict], out: Path) -> list[str]:
-    recs = [r for r in _of(runs) if len(sources(r)) == 1 and _c(r, "method.variant") == "full"
+    recs = [r for r in runs_of(runs, method=PAPER) if len(sources(r)) == 1 and _c(r, "method.variant") == "full"
             and _c(r, "method.aggregate") == "mean"]
     t = Table("signal", "Is there anything to probe? Each frozen source (full, mean) against the majority class or a "
               "trivial answerer", ["target (hardware)", "source", "metric", "ours", "majority / trivial",
@@ -726,19 +704,17 @@ def signal(runs: list[dict], out: Path) -> list[str]:
             pairs = [(v, b) for r in rs if (v := points(r, key)) is not None and (b := points(r, base_key)) is not None]
             if not pairs:
                 continue
-            gain = np.array([v - b for v, b in pairs])
-            lo, hi = percentile_ci(bootstrap_seeds(gain, np.random.default_rng(BOOT_SEED))) if len(gain) > 1 \
-                else (gain[0], gain[0])
-            verdict = "one seed: no interval" if len(gain) < 2 else "yes (CI above)" if lo > 0 else \
-                "no (CI at or below)" if hi <= 0 else "not shown (CI crosses 0)"
-            t.add(_block(g), source_label(srcs[0]), key, _col(rs, key), _mean_cell(rs, base_key),
-                  ci_cell(gain, sign=True), verdict, _col(rs, "eval/conll_f1"),
-                  _mean_cell(rs, "eval/majority_conll_f1"), _col(rs, "wsc/accuracy"), _col(rs, "wsc/conll_f1"))
+            gain = seed_interval([v - b for v, b in pairs], sign=True)
+            verdict = "one seed: no interval" if gain.lo is None else "yes (CI above)" if gain.lo > 0 else \
+                "no (CI at or below)" if gain.hi <= 0 else "not shown (CI crosses 0)"
+            t.add(_block(g), source_label(srcs[0]), key, _col(rs, key), _mean_cell(rs, base_key), gain, verdict,
+                  _col(rs, "eval/conll_f1"), _mean_cell(rs, "eval/majority_conll_f1"), _col(rs, "wsc/accuracy"),
+                  _col(rs, "wsc/conll_f1"))
     if not t.rows:
         return [f"_Signal (is there anything to probe?): no single-source full/mean records with a majority baseline; "
                 f"run {run_exp('signal_cpu')} and {run_exp('quoref_single')}._", ""]
     t.notes = ["The issue's first measurement: a frozen source carries signal on a target when it beats what a "
-               "constant answer scores there by a 95% bootstrap CI over seeds. winogrande-coref: forced-choice "
+               "constant answer scores there by a " + SEED_INTERVAL + ". winogrande-coref: forced-choice "
                "accuracy (the blank linked to the right candidate; chance 50%, the majority the best constant answer "
                "on the eval documents) beside CoNLL F1 (on 3-mention documents they move together) and WSC273 "
                "scored at the dev-chosen epoch; quoref (the stand-in target): SQuAD F1 against a trivial answerer "
@@ -750,15 +726,14 @@ def signal(runs: list[dict], out: Path) -> list[str]:
 # ---- head-only training vs an encoder forward ---------------------------------------------------------------------
 
 def bench(runs: list[dict], out: Path) -> list[str]:
-    recs = _of(runs, "reverse_probing_bench")
+    recs = runs_of(runs, method="reverse_probing_bench")
     if not recs:
         return [f"_Head-only training speed: no method=reverse_probing_bench records; run {run_exp('bench')}._", ""]
     t = Table("bench", "Head-only training from the activation store vs one encoder forward (same process)",
               ["target", "sources", "ratio [CI]", "head epoch (s)", "encoder forward (s)", "device"], runs=recs)
     for r in recs:
         m = r["metrics"]
-        ci = f" [{fmt(m['bench/ratio_lo'])}, {fmt(m['bench/ratio_hi'])}]" if "bench/ratio_lo" in m else ""
-        t.add(_c(r, "task.name"), "+".join(sources(r)), f"{fmt(m.get('bench/ratio'))}{ci}",
+        t.add(_c(r, "task.name"), "+".join(sources(r)), str(metric_cell(m, "bench/ratio")),
               fmt(m.get("bench/head_epoch_s"), 3), fmt(m.get("bench/encoder_forward_s"), 3),
               r["provenance"].get("device"))
     t.notes = ["ratio = one encoder forward over the documents / one head-only training epoch over the same documents, "
