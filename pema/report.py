@@ -9,11 +9,10 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-import numpy as np
-
-from experiments.evidence.stats import BOOT_SEED, N_BOOT, percentile_ci, resample_weights, resampled_metric
 from experiments.evidence.paper_values import paper_values
-from experiments.evidence.tables import Table, delta, fmt, pyplot, run_label, save_figure, scale, sections
+from experiments.evidence.stats import percentile_ci
+from experiments.evidence.tables import (Estimate, Table, delta, devices, example_replicates, fmt, pyplot, run_label,
+                                         runs_of, save_figure, scale, sections)
 
 GLUE = ("cola", "mnli", "mrpc", "qnli", "qqp", "rte", "sst2", "stsb", "wnli")
 GENERIC_TABLES = ("pema/scores*",)  # every eval/ metric of the pema_scores runs (both arms)
@@ -32,15 +31,6 @@ def _v(match):
 
 def _d(ours, match, digits=1) -> str:
     return delta(ours, _v(match), digits)
-
-
-def _by(runs, exp_prefix: str, method: str | None = None) -> list[dict]:
-    return [r for r in runs if r["exp_id"].startswith(exp_prefix) and
-            (method is None or r["config"]["method"]["name"] == method)]
-
-
-def _hw(runs) -> str:
-    return ", ".join(sorted({r["provenance"]["device"] for r in runs}))
 
 
 def _via(*matches) -> set[str]:
@@ -64,7 +54,7 @@ SIZES = ("sizes/rows", "sizes/n_emb_m", "sizes/n_m", "sizes/ratio_pct")
 
 
 def table5(runs, out):
-    rs = _by(runs, "pema/table5", "pema_sizes")
+    rs = runs_of(runs, exp_id="pema/table5*", method="pema_sizes")
     if not rs:
         return []
     pv = paper_values("pema")
@@ -86,7 +76,7 @@ def table5(runs, out):
     t.notes = ["Computed from the architecture fields in `conf/model/*.yaml` on the meta device (no weights); N = "
                "AutoModelForSequenceClassification with a 2-label head, as the official code counts. Δ compares at the "
                "paper's rounding (0.1). Table 6 (the DeBERTaV3 family) gives no |V|. Device: "
-               f"{_hw(rs)}.", *_via_note(via), *cased_question(rs)]
+               f"{devices(rs)}.", *_via_note(via), *cased_question(rs)]
     return t.write(out)
 
 
@@ -123,7 +113,7 @@ def table2(runs, out):
     pv = paper_values("pema")
     lines = []
     for exp, name in (("pema/table2_cpu", "table2_cpu"), ("pema/table2", "table2")):
-        rs = [r for r in _by(runs, exp, "pema_vocab") if r["exp_id"] == exp]
+        rs = runs_of(runs, exp_id=exp, method="pema_vocab")
         if not rs:
             continue
         t = Table(name, f"Table 2 ({'offline' if name.endswith('cpu') else 'paper scale'}): parameter reduction",
@@ -138,10 +128,11 @@ def table2(runs, out):
                   _f(m["reduction/embedding_pct"]), _f(_v(pe)), _d(m["reduction/embedding_pct"], pe),
                   _f(m["reduction/model_pct"]), _f(_v(pm)), _d(m["reduction/model_pct"], pm),
                   _f(m["reduction/params_removed_m"], 2), (pe or pm).row if (pe or pm) else "—")
-        t.notes = ["V' = ids of train + eval after each task's tokenization (its max length, truncation, special tokens "
-                   "kept). An offline row is compared with the paper row of the same vocabulary family on the GLUE task "
-                   "the offline task stands in for, for the embedding reduction only (the model reduction also depends "
-                   "on the model's size): different data, so Δ shows the gap, not an error.", *_via_note(via),
+        t.notes = ["V' = ids of train + eval after each task's tokenization (its max length, truncation, special "
+                   "tokens kept). An offline row is compared with the paper row of the same vocabulary family on the "
+                   "GLUE task the offline task stands in for, for the embedding reduction only (the model reduction "
+                   "also depends on the model's size): different data, so Δ shows the gap, not an error.",
+                   *_via_note(via),
                    *largest(rs)]
         lines += t.write(out)
     return lines
@@ -165,7 +156,7 @@ def table3(runs, out):
     pv = paper_values("pema")
     lines = []
     for exp, name in (("pema/table3_cpu", "table3_cpu"), ("pema/table3", "table3")):
-        rs = [r for r in _by(runs, exp, "pema_vocab") if r["exp_id"] == exp]
+        rs = runs_of(runs, exp_id=exp, method="pema_vocab")
         if not rs:
             continue
         t = Table(name, "Table 3: model-parameter reduction in millions, one vocabulary, several sizes",
@@ -188,7 +179,7 @@ def table4(runs, out):
     pv = paper_values("pema")
     lines = []
     for exp, name in (("pema/table4_cpu", "table4_cpu"), ("pema/table4", "table4")):
-        rs = [r for r in _by(runs, exp, "pema_vocab") if r["exp_id"] == exp]
+        rs = runs_of(runs, exp_id=exp, method="pema_vocab")
         if not rs:
             continue
         t = Table(name, "Table 4: reduction as the corpus grows",
@@ -202,15 +193,15 @@ def table4(runs, out):
             t.add(c["model"]["name"], sub, _f(sum(r["extra"]["corpus"].values())), _f(int(m["vocab/used"])),
                   _f(m["reduction/embedding_pct"]), _f(_v(pe)), _d(m["reduction/embedding_pct"], pe),
                   _f(m["reduction/model_pct"]), _f(_v(pm)), _d(m["reduction/model_pct"], pm))
-        t.notes = ["Offline analogue of XNLI's growing language sets: a growing union of the offline tasks (all English)."
-                   if name.endswith("cpu") else "XNLI language configs concatenated as one corpus [R]."]
+        t.notes = ["Offline analogue of XNLI's growing language sets: a growing union of the offline tasks (all "
+                   "English)." if name.endswith("cpu") else "XNLI language configs concatenated as one corpus [R]."]
         lines += t.write(out)
     return lines
 
 
 # ---- Fig. 2 and Table 1 ----------------------------------------------------------------------------------------
 def fig2(runs, out):
-    rs = _by(runs, "pema/fig2", "pema_vocab")
+    rs = runs_of(runs, exp_id="pema/fig2*", method="pema_vocab")
     lines = []
     for exp in sorted({r["exp_id"] for r in rs}):
         group = sorted((r for r in rs if r["exp_id"] == exp),
@@ -239,14 +230,14 @@ def fig2(runs, out):
             m = r["metrics"]
             t.add(r["config"]["model"]["name"], run_label(r, "task"), _f(int(m["vocab/total"])),
                   _f(int(m["vocab/unique"])), _f(int(m["vocab/rows"])), _f(m["vocab/unique_pct"]))
-        t.notes = [f"Figure: [{png}]({png}). Untruncated text, no special tokens, train + eval. Paper: GPT-2 vocabulary "
-                   "on the nine GLUE tasks, 6 of 9 use < 50% of it, WNLI < 4%."]
+        t.notes = [f"Figure: [{png}]({png}). Untruncated text, no special tokens, train + eval. Paper: GPT-2 "
+                   "vocabulary on the nine GLUE tasks, 6 of 9 use < 50% of it, WNLI < 4%."]
         lines += t.write(out)
     return lines
 
 
 def table1(runs, out):
-    rs = _by(runs, "pema/table4", "pema_vocab")
+    rs = runs_of(runs, exp_id="pema/table4*", method="pema_vocab")
     if not rs:
         return []
     pv = paper_values("pema")
@@ -268,15 +259,15 @@ def table1(runs, out):
               _f(100 * m["vocab/zero_count"] / m["vocab/tokenizer_size"]), ex)
     examples = ", ".join(f"{c.column} `{c.value}`" for c in pv.select(model="GPT-2", metric="zero_count_token"))
     total = pv.get("GPT-2", "wikipedia", None, "vocab/zero_count")
-    t.notes = [f"Corpus: the offline tasks named (not the paper's >20 GB English Wikipedia). Paper (GPT-2 on Wikipedia): "
-               f"\"{total.note}\" tokens never occur, e.g. {examples}. A task corpus is far smaller, so most of each "
-               "vocabulary is unused here."]
+    t.notes = ["Corpus: the offline tasks named (not the paper's >20 GB English Wikipedia). Paper (GPT-2 on "
+               f"Wikipedia): \"{total.note}\" tokens never occur, e.g. {examples}. A task corpus is far smaller, so "
+               "most of each vocabulary is unused here."]
     return t.write(out)
 
 
 # ---- runtime, memory, Tables 9/10 ------------------------------------------------------------------------------
 def runtime(runs, out):
-    rs = _by(runs, "pema/runtime", "pema_bench")
+    rs = runs_of(runs, exp_id="pema/runtime*", method="pema_bench")
     if not rs:
         return []
     t = Table("memory_runtime", "Memory and step time with and without PEMA (MiB, ms)",
@@ -303,30 +294,23 @@ def runtime(runs, out):
 def _scores(runs) -> dict[tuple, dict[int, dict]]:
     """method=pema_scores records (both arms in each) by (experiment, model, task), then seed."""
     groups: dict[tuple, dict[int, dict]] = {}
-    for r in _by(runs, "pema/scores", "pema_scores"):
+    for r in runs_of(runs, exp_id="pema/scores*", method="pema_scores"):
         c = r["config"]
         groups.setdefault((r["exp_id"], c["model"]["name"], c["task"]["name"]), {})[c["seed"]] = r
     return groups
 
 
-def arm_intervals(recs: list[dict], key: str, n_boot: int = N_BOOT) -> dict[str, tuple[float, float]] | None:
+def arm_intervals(recs: list[dict], key: str, n_boot: int | None = None) -> dict[str, tuple[float, float]] | None:
     """95% percentile intervals of the seed-mean of `key` for each arm (eval_full = without, eval = with PEMA),
     resampling the eval examples (the same draws for both arms and every seed: one eval set). None when a record
     kept no per-example scores it can be recomputed from."""
     pes = [(r.get("per_example") or {}) for r in recs]
     if not all(pe.get("eval") and pe.get("eval_full") for pe in pes):
         return None
-    n = len(next(iter(pes[0]["eval"].values())))
-    out = {}
-    for arm in ("eval_full", "eval"):
-        reps = []
-        for w in resample_weights(np.random.default_rng(BOOT_SEED), n, n_boot):
-            per_seed = [resampled_metric(key, pe[arm], w) for pe in pes]
-            if any(x is None for x in per_seed):
-                return None
-            reps.append(np.mean(per_seed, axis=0))
-        out[arm] = percentile_ci(np.concatenate(reps) * scale(key))
-    return out
+    reps = {arm: example_replicates(key, [pe[arm] for pe in pes], n_boot) for arm in ("eval_full", "eval")}
+    if any(r is None for r in reps.values()):
+        return None
+    return {arm: percentile_ci(r.mean(0) * scale(key)) for arm, r in reps.items()}
 
 
 def table9(runs, out):
@@ -389,7 +373,7 @@ def table10(runs, out):
         diff = max(abs(r["metrics"][k.replace("eval/", "eval_full/", 1)] - r["metrics"][k])
                    for r in recs for k in metric_keys)
         ci = arm_intervals(recs, key)
-        shown = {arm: f"{statistics.mean(v):.2f}" + (f" [{ci[arm][0]:.2f}, {ci[arm][1]:.2f}]" if ci else "")
+        shown = {arm: Estimate(statistics.mean(v), *(ci[arm] if ci else ()), how="examples")
                  for arm, v in (("eval_full", b), ("eval", p))}
         maj = r0["metrics"].get(key.replace("eval/", "eval/majority_", 1))
         per_seed = "; ".join(f"s{s}: {x:.2f} / {y:.2f}" for s, x, y in zip(seeds, b, p))
@@ -402,14 +386,14 @@ def table10(runs, out):
     paper_gap = max(abs(c.value - pv.get(c.model, c.task, "with", c.metric).value)
                     for c in pv.select(column="without", where="Table 10"))
     t.notes = ["Each seed is one `method=pema_scores` run: the model is built once and both arms start from it, with "
-               "one batch order and one RNG state (the same dropout masks); weight decay 0 (spec §5.5). Max abs Δ logit: "
-               "over every eval example and class, the arms at their restored best weights; max abs Δ weight: over every "
-               "parameter, PEMA's merged input embedding included (largest over seeds). Means over seeds; the interval "
-               "resamples the eval examples (2000 resamples, the same draws for both arms). 'identical' compares every "
-               "eval/ metric of each seed exactly. The paper columns hold the paper's row for the run's own model "
-               "(5 seeds, V100; Matthews corr. for CoLA, F1 for QQP, Spearman for STS-B, accuracy otherwise), scored "
-               "by the same metric as ours; a model the paper did not run has none. For orientation, the paper's own "
-               f"rows differ between the arms by at most {paper_gap:.1f} points.",
+               "one batch order and one RNG state (the same dropout masks); weight decay 0 (spec §5.5). Max abs Δ "
+               "logit: over every eval example and class, the arms at their restored best weights; max abs Δ weight: "
+               "over every parameter, PEMA's merged input embedding included (largest over seeds). Means over seeds; "
+               "the interval resamples the eval examples (2000 resamples, the same draws for both arms). 'identical' "
+               "compares every eval/ metric of each seed exactly. The paper columns hold the paper's row for the run's "
+               "own model (5 seeds, V100; Matthews corr. for CoLA, F1 for QQP, Spearman for STS-B, accuracy "
+               "otherwise), scored by the same metric as ours; a model the paper did not run has none. For "
+               f"orientation, the paper's own rows differ between the arms by at most {paper_gap:.1f} points.",
                *_via_note(via),
                *([f"Not compared: {'; '.join(mismatch)}."] if mismatch else [])]
     return t.write(out)

@@ -10,6 +10,7 @@ import io
 import math
 import re
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from pathlib import Path
 from statistics import mean, stdev
 
@@ -77,13 +78,15 @@ def devices(runs: list[dict]) -> str:
     return ", ".join(sorted({r["provenance"]["device"] for r in runs}))
 
 
-def runs_of(runs: list[dict], selector: dict | None = None, /, *, method=None, variant=None, exp_id=None) -> list[dict]:
+def runs_of(runs: list[dict], selector: dict | None = None, /, *, method=None, variant=None,
+            exp_id: str | list[str] | None = None) -> list[dict]:
     """The records a selector names (experiments.evidence.records.matches: dotted config paths to a value, a list of
-    values, a glob or an operator), in the order given; method, variant and exp_id are short for method.name,
-    method.variant and exp_id."""
-    short = {"method.name": method, "method.variant": variant, "exp_id": exp_id}
+    values, a glob or an operator), in the order given; method and variant are short for method.name and
+    method.variant; exp_id: the record's experiment, a glob or a list of them."""
+    short = {"method.name": method, "method.variant": variant}
     want = {**(selector or {}), **{k: v for k, v in short.items() if v is not None}}
-    return [r for r in runs if matches(r, want)]
+    globs = [exp_id] if isinstance(exp_id, str) else exp_id
+    return [r for r in runs if matches(r, want) and (globs is None or any(fnmatchcase(r["exp_id"], g) for g in globs))]
 
 
 def arrow(key: str) -> str:
@@ -172,13 +175,14 @@ def replicate_cell(run: dict, key: str, suffix: str = "") -> Estimate:
     return Estimate(value, lo, hi, how="replicates" if lo is not None else None, suffix=suffix)
 
 
-def example_replicates(key: str, per_example: list[dict]) -> np.ndarray | None:
-    """(len(per_example), N_BOOT): `key` recomputed from each per-example dict (arms or seeds scored on one eval set)
+def example_replicates(key: str, per_example: list[dict], n_boot: int | None = None) -> np.ndarray | None:
+    """(len(per_example), n_boot): `key` recomputed from each per-example dict (arms or seeds scored on one eval set)
     under the same resampled eval examples, so differences and means of them are paired; None when one of them
-    cannot be recomputed (experiments.evidence.stats.resampled_metric)."""
+    cannot be recomputed (experiments.evidence.stats.resampled_metric). n_boot: stats.N_BOOT unless given."""
     from experiments.evidence.stats import BOOT_SEED, N_BOOT, count_examples, resample_weights, resampled_metric
     chunks = []
-    for w in resample_weights(np.random.default_rng(BOOT_SEED), count_examples(per_example[0]), N_BOOT):
+    n = count_examples(per_example[0])
+    for w in resample_weights(np.random.default_rng(BOOT_SEED), n, n_boot or N_BOOT):
         rows = [resampled_metric(key, pe, w) for pe in per_example]
         if any(x is None for x in rows):
             return None
