@@ -13,9 +13,9 @@ none; minilm-l6 and the offline tasks reach a row only through the twins declare
 
 Full is computed once: `method=finetune` trains every weight exactly as `variant=full`, so the Full rows come from the
 finetune tier's records (results/finetune/runs) wherever they were trained like our variants (same model, task, dev
-split, caps and schedule: experiments.evidence.selection.same_training); a variant=full record of our own, where one exists,
-is used as well. Every variant is shown at the lr its dev split chose (experiments/evidence/selection.py), named under the
-tables.
+split, caps and schedule: experiments.evidence.selection.same_training); a variant=full record of our own, where one
+exists, is used as well. Every variant is shown at the lr its dev split chose (experiments/evidence/selection.py), named
+under the tables.
 """
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ from statistics import mean
 from experiments.evidence import selection
 from experiments.evidence.paper_values import paper_values
 from experiments.results import load_runs
-from experiments.evidence.tables import Table, caps, delta, fmt, label, pyplot, save_figure, scale, summary
+from experiments.evidence.tables import (Table, caps, delta, fmt, hardware_label, label, pyplot, run_label, runs_of,
+                                         save_figure, scale, summary)
 
 # experiments that also get the generic per-experiment table (every eval/ metric, not only the objective)
 GENERIC_TABLES = ("recycling/table1*", "recycling/table2*", "recycling/table3*", "recycling/depth*",
@@ -49,7 +50,7 @@ def _accuracy_groups(runs: list[dict]) -> dict[tuple, list[dict]]:
     for r in runs:
         c = r["config"]
         g = (c["task"]["name"], c["task"].get("stand_in_for"), c["model"]["name"], c["model"].get("stand_in_for"),
-             r["provenance"]["hardware"], _variant(r), int(r["metrics"].get("recycling/k", 0)),
+             hardware_label(r), _variant(r), int(r["metrics"].get("recycling/k", 0)),
              c["task"]["objective"])
         groups.setdefault(g, []).append(r)
     return groups
@@ -57,21 +58,22 @@ def _accuracy_groups(runs: list[dict]) -> dict[tuple, list[dict]]:
 
 def _trainable_pct(r: dict) -> float:
     m = r["metrics"]  # a finetune record trains everything and records the counts only
-    return m["params/trainable_pct"] if "params/trainable_pct" in m else 100.0 * m["params/trainable"] / m["params/total"]
+    return m["params/trainable_pct"] if "params/trainable_pct" in m else \
+        100.0 * m["params/trainable"] / m["params/total"]
 
 
 def full_baseline(runs: list[dict], finetune: list[dict]) -> list[dict]:
     """The finetune tier's Full records trained like one of our accuracy runs (same model, task, dev split, caps,
     schedule, hardware), at any lr: they are our Full arm."""
-    ours = [r for r in runs if r["config"]["method"]["name"] == "recycling"]
-    return [f for f in finetune if f["config"]["method"]["name"] == "finetune"
-            and f["config"]["method"].get("variant") == "full" and any(selection.same_training(f, r) for r in ours)]
+    ours = runs_of(runs, method="recycling")
+    return [f for f in runs_of(finetune, method="finetune", variant="full")
+            if any(selection.same_training(f, r) for r in ours)]
 
 
 def _selected(runs: list[dict], out: Path) -> tuple[list[dict], list[str]]:
     """Our accuracy records plus the matching finetune Full records, each group at its dev-chosen lr; and the note
     naming the lr chosen per variant."""
-    acc = [r for r in runs if r["config"]["method"]["name"] == "recycling"]
+    acc = runs_of(runs, method="recycling")
     acc += full_baseline(acc, load_runs(Path(out).parent, "finetune"))
     choices = selection.choose(acc, require_dev=False)
 
@@ -118,23 +120,21 @@ def accuracy_tables(runs: list[dict], out: Path) -> list[str]:
     n_layers = {r["config"]["model"]["name"]: r["config"]["model"]["num_layers"] for r in used}
     t1 = Table("table1_standard", "Table 1: standard fine-tuning, Rdc vs Full (and F)",
                ["task", "model", "metric", "variant", "k", "ours", "ours − full", "paper row", "paper", "paper − full",
-                "hardware"],
-               runs=[r for r in used if r["config"]["method"]["variant"] in ("full", "frozen", "reduced")])
+                "hardware"], runs=runs_of(used, variant=["full", "frozen", "reduced"]))
     t2 = Table("table2_adapters", "Table 2: adapters (Rdc + Half Adpt, Full Adpt) vs Full",
                ["task", "model", "metric", "variant", "ours", "ours − full", "trainable %", "paper row", "paper",
-                "paper − full", "hardware"],
-               runs=[r for r in used if r["config"]["method"]["variant"] in ("full", "half_adapters", "full_adapters")])
+                "paper − full", "hardware"], runs=runs_of(used, variant=["full", "half_adapters", "full_adapters"]))
     depth = Table("depth_ablation", "Depth ablation (Tables 8-15): Rdc vs layers reduced",
                   ["task", "model", "metric", "layers reduced", "ours", "ours − full", "paper row", "paper",
                    "paper − full", "hardware"])
     via, depth_runs, fig_data = set(), [], []
     for task, task_for, model, model_for, hw, key in sorted({g[:5] + (g[7],) for g in groups}):
-        def runs_of(variant, k=None):
+        def members(variant, k=None):
             return [r for g, rs in groups.items() for r in rs if g[:5] == (task, task_for, model, model_for, hw)
                     and g[5] == variant and (k is None or g[6] == k)]
 
         def scores(variant, k=None):
-            return summary([_score(r)[1] for r in runs_of(variant, k)])
+            return summary([_score(r)[1] for r in members(variant, k)])
         paper = _Paper(pv, model, model_for, task, task_for)
         ks = half.get((task, model, hw), set())
         half_k = n_layers[model] // 2  # the paper's main setting; other k are the depth ablation
@@ -156,7 +156,7 @@ def accuracy_tables(runs: list[dict], out: Path) -> list[str]:
             s = scores(v, None if v == "full" else (main_k if v == "half_adapters" else None))
             if not s.n:
                 continue
-            pct = [_trainable_pct(r) for r in runs_of(v)]
+            pct = [_trainable_pct(r) for r in members(v)]
             p = paper(v, "score")
             pval = None if p is None else p.value
             t2.add(**base, variant=v, ours=s, **{
@@ -169,16 +169,16 @@ def accuracy_tables(runs: list[dict], out: Path) -> list[str]:
                 s = scores("reduced", k)
                 if not s.n:
                     continue
-                depth_runs += runs_of("reduced", k)
+                depth_runs += members("reduced", k)
                 p = paper(f"reduced-k{k}", "appendix-avg")
                 pval = None if p is None else p.value
                 depth.add(**base, **{"layers reduced": k, "ours": s, "ours − full": delta(s.mean, full.mean),
                                      "paper row": p.row if p else "—", "paper": pval,
                                      "paper − full": delta(pval, p_dfull.value if p_dfull else None), "hardware": hw})
-                fig_data.append({"task": base["task"], "model": base["model"], "metric": key, "k": k, "ours": s.mean, "ours_sd": s.sd,
-                                 "ours_full": full.mean, "paper": pval,
+                fig_data.append({"task": base["task"], "model": base["model"], "metric": key, "k": k, "ours": s.mean,
+                                 "ours_sd": s.sd, "ours_full": full.mean, "paper": pval,
                                  "paper_row": p.row if p else None})
-            depth_runs += runs_of("full")
+            depth_runs += members("full")
         via |= paper.via
     depth.runs = depth_runs
     cap = [*caps(used), *lr_note]
@@ -235,8 +235,7 @@ def _depth_figure(data: list[dict], out: Path) -> str:
 
 
 def _bench(runs: list[dict], variant: str) -> list[dict]:
-    return sorted((r for r in runs if r["config"]["method"]["name"] == "recycling_bench"
-                   and r["config"]["method"]["variant"] == variant),
+    return sorted(runs_of(runs, method="recycling_bench", variant=variant),
                   key=lambda r: (r["provenance"]["device"], r["config"]["model"]["num_layers"],
                                  r["config"]["model"]["name"]))
 
@@ -294,9 +293,9 @@ def timing_tables(runs: list[dict], out: Path) -> list[str]:
            "read).")
     twins = [f"paper_model: the paper's row for the model, or its declared twin: {'; '.join(sorted(via))}."] \
         if via else []
-    train.notes = [cpu, "NR full model; F lower half frozen, no cache; R cache-fed upper half (memory-mapped; R_ram: in "
-                   "RAM); SR = (one cache-building epoch + 5 recycling epochs) / 6; speedup_pct = NR vs R. Each step is "
-                   "the suite's trainer step (AdamW), batch fetching included.", *twins]
+    train.notes = [cpu, "NR full model; F lower half frozen, no cache; R cache-fed upper half (memory-mapped; R_ram: "
+                   "in RAM); SR = (one cache-building epoch + 5 recycling epochs) / 6; speedup_pct = NR vs R. Each "
+                   "step is the suite's trainer step (AdamW), batch fetching included.", *twins]
     infer.notes = [cpu, "fp32/fp16 columns: cache read from memory-mapped shards with the prefetch thread on (the "
                    "paper's setting); speedup_pct = fp16 cache, prefetch on. max |Δ| vs the full model.", *twins]
     lines = train.write(out) + infer.write(out)
@@ -338,8 +337,7 @@ def storage_table(runs: list[dict], out: Path) -> list[str]:
                "fp16 disk MB", "epoch-2 hit rate", "epoch-2 computed", "device"], runs=rs)
     for r in rs:
         m, c = r["metrics"], r["config"]
-        t.add(c["model"]["name"], int(m["storage/d"]), int(m["storage/k"]), label(c["task"]["name"],
-                                                                                 c["task"].get("stand_in_for")),
+        t.add(c["model"]["name"], int(m["storage/d"]), int(m["storage/k"]), run_label(r, "task"),
               int(m["storage/sequences"]), int(m["storage/tokens"]), int(m["storage/fp32_bytes_per_token"]),
               int(m["storage/fp16_bytes_per_token"]), fmt(m["storage/fp32_bytes_per_sequence"] / 1e3, 1),
               fmt(m["storage/fp16_bytes_per_sequence"] / 1e3, 1),
@@ -350,8 +348,8 @@ def storage_table(runs: list[dict], out: Path) -> list[str]:
               r["provenance"]["device"])
     fp32, fp16 = (pv.get(None, None, p, "storage/512x768_MB") for p in ("fp32", "fp16"))
     t.notes = [f"The paper's unit example ({fp32.where}): 512 tokens at d=768 take {fp32.value} MB (fp32) / "
-               f"{fp16.value} MB (fp16); ours for the same shape: 512·768·4 B = 1.57 MB and 0.79 MB. Epoch 2: a second, "
-               "reshuffled pass over the cache with a fresh store object; every read counted."]
+               f"{fp16.value} MB (fp16); ours for the same shape: 512·768·4 B = 1.57 MB and 0.79 MB. Epoch 2: a "
+               "second, reshuffled pass over the cache with a fresh store object; every read counted."]
     return t.write(out)
 
 
