@@ -129,7 +129,7 @@ def test_report_writes_only_asked_tables_links_only_existing_files(tmp_path, mon
     readme = (out / "README.md").read_text()
     assert "### own table" in readme and "timing_cpu" not in readme and "None train" not in readme
     index = (tmp_path / "REPORT.md").read_text()
-    assert "[demo](demo/README.md)" in index and "demo/tables/demo__default_cpu.md" in index
+    assert "[demo](demo/README.md): 1 table" in index
     for doc in [out / "README.md", tmp_path / "REPORT.md", *(out / "tables").glob("*.md")]:
         for link in _links(doc.read_text()):
             assert (doc.parent / link).exists(), f"{doc.name} links {link}, which was never written"
@@ -157,15 +157,19 @@ def test_index_is_a_list_of_sections(tmp_path):
     sections = report.index_sections(tmp_path, {"demo": ["a.md"]})
     assert [s[0] for s in sections if s] == ["## Papers", "## Benchmarks"]  # no claims.yaml for "demo": no claims
     text = report.write_index(tmp_path, {"demo": ["a.md"]}).read_text()
-    assert text.index("## Papers") < text.index("## Benchmarks") and "[a](demo/tables/a.md)" in text
+    assert text.index("## Papers") < text.index("## Benchmarks") and "[demo](demo/README.md): 1 table" in text
 
 
 def test_report_opens_with_the_claims_of_each_paper(tmp_path):
     import shutil
     shutil.copytree(REPO / "results" / "pema" / "runs", tmp_path / "pema" / "runs")
     text = report.write_index(tmp_path, {"pema": []}).read_text()
-    assert text.index("## Claims") < text.index("### pema: claims") < text.index("## Papers")
-    assert "| **merge-exact**:" in text and "legacy records" in text
+    assert text.index("**Scale.**") < text.index("## Claims by paper") < text.index("## Claims index") \
+        < text.index("## Papers")
+    assert "| [pema](pema/CLAIMS.md) |" in text and "[pema · merge-exact](pema/CLAIMS.md#merge-exact)" in text
+    page = (tmp_path / "pema" / "CLAIMS.md").read_text()
+    assert '| <a id="merge-exact"></a>merge-exact |' in page
+    assert [link for link in _links(page) if not (tmp_path / "pema" / link).exists()] == []
 
 
 def test_every_committed_metric_key_declares_its_direction():
@@ -242,12 +246,14 @@ def test_claims_over_the_committed_records_print_no_bare_numpy_warnings():
     """A ratio over a zero arm and a bootstrap resample without spread are undefined: n/a in the table, quietly."""
     import warnings
 
-    from experiments.evidence.claims import claims_section
+    from experiments.evidence.claims import evaluate_claims
     from experiments.results import load_runs
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         for paper in ("eat", "layer_fusion"):
-            assert claims_section(paper, load_runs(REPO / "results", paper), REPO / "results", link_root=REPO)
+            rows = evaluate_claims(paper, load_runs(REPO / "results", paper), REPO / "results")
+            assert report.claims_page(paper, rows, {}, REPO / "results" / paper)
+            assert report.claims_summary({paper: rows})
 
 
 def test_an_unreadable_record_is_said_to_be_left_out_not_redone(tmp_path, caplog):
