@@ -51,9 +51,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import re
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,7 +63,7 @@ from experiments.evidence import selection
 from experiments.evidence.records import (_OPS, MISSING, SelectError, field_of, metric_name, multiplier, points,
                                           raw_value, select, value_of)
 from experiments.evidence.signal import SIGNAL_MARGIN_POINTS, Signal, not_doing_task, run_name, signal
-from experiments.evidence.stats import (BOOT_SEED, LEVEL, MIN_CORRELATION_POINTS, N_BOOT, Interval,
+from experiments.evidence.stats import (BOOT_SEED, MIN_CORRELATION_POINTS, N_BOOT, Interval,
                                         bootstrap_examples, count_examples, example_ci, holm, one_sided_p,
                                         per_example, replicate_interval, resampled_metric, t_from_se,
                                         t_interval)
@@ -1187,102 +1185,7 @@ def _fmt(x: float | None) -> str:
     return f"{x:.2g}"
 
 
-def _cell(s: str) -> str:
-    return s.replace("|", "\\|").replace("\n", " ")
-
-
-def _values_text(values: Any, limit: int = 110) -> str:
-    flat: list[str] = []
-
-    def walk(v, prefix):
-        if isinstance(v, dict):
-            for k, x in v.items():
-                walk(x, f"{prefix} {k}".strip())
-        elif isinstance(v, list):
-            flat.append(f"{prefix} " + "/".join(str(x) for x in v))
-        else:
-            flat.append(f"{prefix} {v}".strip())
-    if values is not None:
-        walk(values, "")
-    text = ", ".join(flat)
-    return text if len(text) <= limit else text[:limit - 1].rstrip(", ") + "…"
-
-
-def _ours(o: Outcome) -> str:
-    if o.estimate is None:
-        return f"{o.label}: -" if o.label else "-"
-    s = (o.shown or _fmt(o.estimate)) + (f" ± {_fmt(o.sd)}" if o.sd is not None else "")
-    if o.ci is not None and o.ci[0] != o.ci[1]:
-        s += f" [{_fmt(o.ci[0])}, {_fmt(o.ci[1])}]"
-    s += f" ({o.n})" if o.n else ""
-    return f"{o.label}: {s}" if o.label else s
-
-
-def _verdict_text(row: Row) -> str:
-    bits = []
-    unfit = list(dict.fromkeys(w for o in row.outcomes for w in o.unfit))
-    if unfit:
-        lead = ("an arm is not doing its task" if row.verdict == "not testable here"
-                else "left out, an arm not doing its task")
-        bits.append(f"{lead} (< {SIGNAL_MARGIN_POINTS:g} points above the baseline, or constant): " + "; ".join(unfit))
-    for o in row.outcomes:
-        why = "; ".join([o.reason] * bool(o.reason) + o.notes)
-        if why and (len(row.outcomes) == 1 or o.verdict != "holds" or o.notes):
-            bits.append(f"{o.label + ': ' if o.label and len(row.outcomes) > 1 else ''}{why}")
-    if row.reason:
-        bits.insert(0, row.reason)
-    text = f"**{row.verdict}**"
-    return text + (": " + " · ".join(bits) if bits else "")
-
-
-def claims_table(rows: list[Row], link_root: Path) -> list[str]:
-    counts = Counter(r.verdict for r in rows)
-    out = [" · ".join(f"{v}: {counts.get(v, 0)}" for v in VERDICTS) + f" (rows: {len(rows)}, one per claim and scale)",
-           "",
-           "| claim | paper | ours (± CI, n) | scale and stand-ins | verdict | evidence |",
-           "|---|---|---|---|---|---|"]
-    for r in rows:
-        paper = r.claim.where + (f": {_values_text(r.claim.values)}" if r.claim.values is not None else "")
-        ours = "; ".join(_ours(o) for o in r.outcomes) or "-"
-        links = ", ".join(f"[{p.name}]({Path(os.path.relpath(p, link_root)).as_posix()})" for p in r.evidence) or "-"
-        out.append("| " + " | ".join(_cell(c) for c in (f"**{r.claim.id}**: {r.claim.claim}", paper, ours, r.scale,
-                                                          _verdict_text(r), links)) + " |")
-    return out
-
-
 def baseline_runs(paper: str, results_dir: Path) -> list[dict]:
     """The records of the papers a registry's `baselines_from` names (a Full baseline computed once, read by every
     paper whose arm selects it)."""
     return [r for p in load_claims(paper).baselines_from for r in load_runs(Path(results_dir), p)]
-
-
-def claims_section(paper: str, runs: list[dict], results_dir: Path | None = None,
-                   link_root: Path | None = None) -> list[str]:
-    """Markdown lines: counts per verdict, then one table row per (claim, scale). Links are relative to
-    `link_root` (default results_dir, where REPORT.md lives)."""
-    results_dir = Path(results_dir) if results_dir is not None else REPO / "results"
-    link_root = Path(link_root) if link_root is not None else results_dir
-    rows = evaluate_claims(paper, runs + baseline_runs(paper, results_dir), results_dir)
-    registry_link = Path(os.path.relpath(claims_path(paper), link_root)).as_posix()
-    return [f"### {paper}: claims", "",
-            *claims_table(rows, link_root), "",
-            f"ours = estimate ± sd over seeds [{LEVEL:.0%} paired bootstrap CI over seeds, or over examples when one "
-            f"seed keeps per-example scores; {N_BOOT} resamples, seed {BOOT_SEED}]; an arm less than "
-            f"{SIGNAL_MARGIN_POINTS:g} points above the majority class, or predicting a constant, makes its claim "
-            f"not testable. Claims: [{paper}/claims.yaml]({registry_link}).", ""]
-
-
-def main(argv: list[str] | None = None) -> None:
-    import argparse
-
-    p = argparse.ArgumentParser(description="Print each paper's claims table from its run records.")
-    p.add_argument("papers", nargs="*", default=["recycling", "pema", "intrinsic_dim"])
-    p.add_argument("--results-dir", default=str(REPO / "results"))
-    args = p.parse_args(argv)
-    for paper in args.papers:
-        print("\n".join(claims_section(paper, load_runs(Path(args.results_dir), paper), Path(args.results_dir))))
-
-
-if __name__ == "__main__":
-    main()
-
