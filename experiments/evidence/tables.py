@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -270,6 +271,21 @@ def caps(runs: list[dict]) -> list[str]:
 
 def _dash(v) -> str:
     return "—" if v is None else str(v)
+
+
+# ---- benchmarks -------------------------------------------------------------------------------------------------
+
+LEGACY_BENCHMARK = ("From `benchmark.json`, which the benchmark wrote into results/ itself before it published its run "
+                    "record: no record backs these numbers; rerun it with publish=true to replace them.")
+
+
+def benchmarks(runs: list[dict], method: str, out: Path) -> list[tuple[dict, dict | None]]:
+    """(numbers, record) of each `method` record that kept its benchmark (extra.benchmark); with none, the
+    benchmark.json an earlier version of the benchmark wrote into `out` by itself (record None: LEGACY_BENCHMARK)."""
+    found = [(r["extra"]["benchmark"], r) for r in runs_of(runs, method=method)
+             if (r.get("extra") or {}).get("benchmark")]
+    legacy = Path(out) / "benchmark.json"
+    return found or ([(json.loads(legacy.read_text()), None)] if legacy.is_file() else [])
 
 
 # ---- legacy records ----------------------------------------------------------------------------------------------

@@ -1,10 +1,10 @@
-"""method=intrinsic_dim_bench through the runner at toy shapes, on tiny-llama and the rt-polarity fixture."""
-import json
-
+"""method=intrinsic_dim_bench through the runner at toy shapes, on tiny-llama and the rt-polarity fixture; its tables
+rendered from the record by intrinsic_dim/report.py."""
 import pytest
 
 from experiments.models import byte_tokenizer, tokenizer_fingerprint
 from experiments.run import execute
+from intrinsic_dim.report import build
 from tests.conftest import compose
 
 pytestmark = pytest.mark.slow  # importing scikit-dimension (the reference TwoNN) alone takes ~7 s
@@ -18,15 +18,18 @@ def _run(tmp_path, *overrides):
     return execute(cfg, tmp_path / "run")
 
 
-def test_bench_writes_its_benchmark_and_a_run_record(tmp_path, monkeypatch):
+def test_bench_keeps_its_numbers_in_the_run_record_and_the_report_renders_them(tmp_path, monkeypatch):
     monkeypatch.setattr("experiments.run.git_dirty", lambda: False)  # publish=true from a developer's dirty tree
     rec = _run(tmp_path, "publish=true")
     assert rec["status"] == "ok", rec.get("error")
     out = tmp_path / "results" / "intrinsic_dim"
-    res = json.loads((out / "benchmark.json").read_text())
-    assert res == rec["extra"]["benchmark"] and res["gpu"] is None
-    md = (out / "benchmark.md").read_text()
-    assert "## TwoNN: 2 layers x 120 points x d=16" in md and "tiny-llama fp32, 6 ICL-1 prompts of rt-polarity" in md
+    assert [p.name for p in out.iterdir()] == ["runs"]  # the published record only: tables are the report's
+    res = rec["extra"]["benchmark"]
+    assert res["gpu"] is None and res["estimator"]["shape"] == "2 layers x 120 points x d=16, float64"
+    build([rec], out)
+    twonn, extraction = ((out / "tables" / f"benchmark_{n}.md").read_text() for n in ("twonn", "extraction"))
+    assert "| 2 layers x 120 points x d=16, float64 | ours twonn |" in twonn and "no CUDA device" in twonn
+    assert "| tiny-llama | 6 | rt-polarity |" in extraction and "benchmark.json" not in extraction  # a record
     m = rec["metrics"]
     assert m["id/max_rel_diff_vs_skdim"] < 1e-9  # our TwoNN is scikit-dimension's estimate
     assert m["speedup/twonn_vs_skdim_x"] == m["time/twonn_skdim_s"] / m["time/twonn_ours_s"]
@@ -44,5 +47,5 @@ def test_too_few_rows_for_the_prompts_names_the_fix(tmp_path):
 def test_estimator_only_loads_no_model(tmp_path):
     rec = _run(tmp_path, "method.extraction=false", "model=tiny-bert")  # an encoder: a causal LM is never asked for
     assert rec["status"] == "ok" and "time/extract_ours_s" not in rec["metrics"]
-    assert "## Extraction" not in (tmp_path / "run" / "benchmark.md").read_text()  # no publish: its run directory
-    assert not (tmp_path / "results").exists()
+    assert "extraction" not in rec["extra"]["benchmark"] and not (tmp_path / "results").exists()
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["result.json"]  # nothing beside the record
