@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from experiments.evidence.tables import GENERATED, Summary, Table, arrow, delta, fmt, label, legacy_note, pyplot, save_figure, \
-    scale, summary
+from experiments.evidence.tables import (GENERATED, Summary, Table, arrow, delta, fmt, label, legacy_note, pyplot,
+                                         save_figure, scale, summary)
 
 
 def _rec(schema=2, dirty=False):
@@ -165,7 +165,8 @@ def test_runs_of_picks_records_by_config_and_labels_them():
 
     def rec(method, variant, exp_id, hw=None):
         return {"exp_id": exp_id, "provenance": {"hardware": hw, "device": f"{hw or 'gpu'}: x"},
-                "config": {"exp_id": exp_id, "hardware": {"name": "cpu"}, "method": {"name": method, "variant": variant},
+                "config": {"exp_id": exp_id, "hardware": {"name": "cpu"},
+                           "method": {"name": method, "variant": variant},
                            "model": {"name": "minilm-l6", "stand_in_for": "bert-base-uncased"}}}
     runs = [rec("eat", "dense", "eat/table1_cpu", "cpu"), rec("eat_bench", "latency", "eat/bench"),
             rec("eat", "eat", "eat/ablation_cpu")]
