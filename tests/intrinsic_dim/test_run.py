@@ -122,7 +122,7 @@ def test_records_carry_what_the_claims_bootstrap(tmp_path):
     assert recs["icl-2"]["extra"]["prompt_examples"][0].count("Answer:\n positive") + \
         recs["icl-2"]["extra"]["prompt_examples"][0].count("Answer:\n negative") == 2  # demos written as scored
     doc = {"paper": "intrinsic_dim", "claims": [{
-        "id": "x", "claim": "c", "paper": {"where": "w"}, "needs_signal": False,
+        "id": "x", "kind": "paper", "claim": "c", "paper": {"where": "w"}, "needs_signal": False,
         "compare": [{"metric": "eval/auc_twonn", "a": {"method.variant": "icl-2"}, "b": {"method.variant": "sft"},
                      "pair_by": ["model.name", "task.name", "seed"], "test": {"kind": "direction", "sign": "+"}},
                     {"metric": "eval/accuracy", "a": {"method.variant": "sft"}, "b": {"method.variant": "icl-0"},
