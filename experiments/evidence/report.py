@@ -156,7 +156,12 @@ def generic_figure(table: Table, runs: list[dict], out: Path) -> str | None:
 
 # ---- one paper ---------------------------------------------------------------------------------------------------
 
+SHARED_REPORTS = {"store": "experiments.bench_store"}  # a results/<paper> whose report lives in experiments/
+
+
 def _package_report(paper: str):
+    if paper in SHARED_REPORTS:
+        return importlib.import_module(SHARED_REPORTS[paper])
     if importlib.util.find_spec(paper) is None or importlib.util.find_spec(f"{paper}.report") is None:
         return None
     return importlib.import_module(f"{paper}.report")
@@ -229,7 +234,9 @@ def report(paper: str, results_dir: Path, rebuild: str | None = None) -> list[st
 # ---- the index ---------------------------------------------------------------------------------------------------
 
 def papers_with_runs(results_dir: Path) -> list[str]:
-    return sorted(p.parent.name for p in Path(results_dir).glob("*/runs") if any(p.rglob("*.json")))
+    """Papers with run records, and the shared benchmarks whose numbers are still only a committed benchmark.json."""
+    have = {p.parent.name for p in Path(results_dir).glob("*/runs") if any(p.rglob("*.json"))}
+    return sorted(have | {p for p in SHARED_REPORTS if (Path(results_dir) / p / "benchmark.json").is_file()})
 
 
 def papers_section(results_dir: Path, built: dict[str, list[str]]) -> list[str]:
@@ -243,11 +250,11 @@ def papers_section(results_dir: Path, built: dict[str, list[str]]) -> list[str]:
 
 
 def benchmarks_section(results_dir: Path) -> list[str]:
-    benches = sorted(Path(results_dir).glob("*/benchmark.md"))
+    benches = sorted(Path(results_dir).glob("*/tables/benchmark_*.md"))
     if not benches:
         return []
     return ["## Benchmarks", "", "Ratios measured side by side in one process: " + ", ".join(
-        f"[{b.parent.name}]({b.parent.name}/benchmark.md)" for b in benches) + "."]
+        f"[{b.parent.parent.name}: {b.stem}]({b.parent.parent.name}/tables/{b.name})" for b in benches) + "."]
 
 
 # ---- the claims: REPORT.md's summary and index, results/<paper>/CLAIMS.md, results/claims.json ------------------
