@@ -835,7 +835,9 @@ def claims_page(paper: str, rows, stand_ins: dict | None, page_dir: Path, regist
     out += [f"- {r.claim.id}: {r.reason}" for r in reasons]
     out += ["", "**Reading the rows.** Verdicts: holds (the whole 95 % interval on the claimed side), fails (the "
             "whole interval on the other side), open (it straddles), partly (holds on the parts decided, others "
-            "untested), n/t (not testable here), not run. p: one-sided, for the decided direction. " + FLAGS + ".",
+            "untested), n/t (not testable here), not run. p: one-sided, for the decided direction. Intervals over "
+            "eval examples of one seed cover test-set noise only, not the training seed or the lr chosen on dev: "
+            "they are statements about these trained models. " + FLAGS + ".",
             "", "## Rows", "", *PAGE_HEAD]
     out += [index_line("", r, "") for r in rows]
     out.append("")
