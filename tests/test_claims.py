@@ -13,6 +13,7 @@ from scipy import stats
 from sklearn.metrics import f1_score
 
 from experiments.evidence import claims as C
+from experiments.evidence import verdicts as V
 from experiments.evidence import report
 from experiments.evidence import records as RD
 from experiments.evidence import stats as ST
@@ -56,7 +57,7 @@ def claim(test: dict, needs_signal: bool = True, cid: str = "c", **compare) -> d
 
 
 def rows(runs, *claims, tmp_path=None, **kw):
-    return C.evaluate_claims("p", runs, tmp_path or Path("/nonexistent"), registry=registry(*claims, **kw))
+    return V.evaluate_claims("p", runs, tmp_path or Path("/nonexistent"), registry=registry(*claims, **kw))
 
 
 def seeds(diffs, base=0.80):
@@ -158,13 +159,13 @@ def test_intrinsic_dim_style_prediction_counts_are_the_constant_guard():
     assert row.verdict == "not testable here" and "base: constant predictions" in " ".join(row.outcomes[0].unfit)
     # the majority rate kept in extra (intrinsic_dim) is a baseline too
     r = rec("x", acc=0.55, majority=None, extra={"majority_rate": 0.546})
-    assert "vs majority class 0.546" in C.not_doing_task(r, "eval/accuracy")
+    assert "vs majority class 0.546" in V.not_doing_task(r, "eval/accuracy")
 
 
 def test_unknown_majority_baseline_is_said():
     r = rec("x", majority=None)
     r["config"]["task"]["type"] = "mc"  # no eval split to count labels in
-    assert "majority baseline unknown" in C.not_doing_task(r, "eval/accuracy")
+    assert "majority baseline unknown" in V.not_doing_task(r, "eval/accuracy")
 
 
 def test_group_with_an_unfit_arm_is_left_out_and_said():
@@ -440,7 +441,7 @@ def test_real_claims_files_validate_against_the_committed_records(paper):
 
     def exists(key: str | None) -> bool:
         if key in (None, "objective"):
-            return any(C.metric_name(r, None) in r.get("metrics", {}) for r in runs)
+            return any(RD.metric_name(r, None) in r.get("metrics", {}) for r in runs)
         if key.startswith("extra."):
             return any(RD.raw_value(r, key) is not None for r in runs)
         return key in metric_keys
@@ -451,7 +452,7 @@ def test_real_claims_files_validate_against_the_committed_records(paper):
                 if key is not None or comp.test.kind != "correlation":
                     assert exists(key) or cl.not_testable, \
                         f"{paper}/claims.yaml: claim {cl.id!r}: metric {key!r} is in no committed record"
-    rows = C.evaluate_claims(paper, runs, REPO / "results")
+    rows = V.evaluate_claims(paper, runs, REPO / "results")
     page = "\n".join(report.claims_page(paper, rows, reg.stand_ins, REPO / "results" / paper))
     assert all(cl.id in page for cl in reg.claims)
     for row in rows:
@@ -467,8 +468,8 @@ def test_a_run_published_by_two_experiments_is_found_by_either_experiments_selec
     for r in (a, b):
         r["config"]["exp_id"] = "p/art"
     later["config"] = {**a["config"], "exp_id": "p/other"}
-    assert C.select([a, later, b], {"method.variant": "sft", "exp_id": "p/art"}) == [a]
-    assert C.select([a, later], {"method.variant": "sft"}) == [later]  # one per computation, the newest
+    assert RD.select([a, later, b], {"method.variant": "sft", "exp_id": "p/art"}) == [a]
+    assert RD.select([a, later], {"method.variant": "sft"}) == [later]  # one per computation, the newest
 
 
 # ---------------------------------------------------------------- lr selection on dev and a baseline from another paper
@@ -520,7 +521,7 @@ def test_baselines_from_reads_the_other_papers_records(tmp_path, monkeypatch):
 
 
 def test_a_row_holds_only_when_every_part_was_decided_and_held():
-    v = C._combine
+    v = V._combine
     assert v(["holds", "not testable here"]) == "partly tested"
     assert v(["holds", "not run"]) == "partly tested"
     assert v(["holds", "not testable here", "does not hold"]) == "does not hold"

@@ -9,6 +9,7 @@ import re
 import pytest
 
 from experiments.evidence import claims as C
+from experiments.evidence import verdicts as V
 from experiments.evidence import report
 
 OFFLINE = "cpu, offline stand-ins; rt-polarity for SST-2, minilm-l6 for BERT-base; 1000 train / 1244 eval examples"
@@ -24,15 +25,15 @@ def claim(cid: str, kind: str = "paper", values=None, labels=("",), text: str | 
                    comparisons=comps, needs_signal=True, kind=kind, **kw)
 
 
-def outcome(verdict: str = "holds", est: float = 2.5, ci=(1.0, 4.0), label: str = "", **kw) -> C.Outcome:
-    return C.Outcome(label=label, verdict=verdict, estimate=est, ci=ci, n="n=1 seed x 1244 examples",
+def outcome(verdict: str = "holds", est: float = 2.5, ci=(1.0, 4.0), label: str = "", **kw) -> V.Outcome:
+    return V.Outcome(label=label, verdict=verdict, estimate=est, ci=ci, n="n=1 seed x 1244 examples",
                      statistic=kw.pop("statistic", "a − b, accuracy points"),
                      interval=kw.pop("interval", "paired bootstrap over 1244 examples"), **kw)
 
 
-def row(c: C.Claim, verdict: str = "holds", outcomes=None, scale: str = OFFLINE, **kw) -> C.Row:
+def row(c: C.Claim, verdict: str = "holds", outcomes=None, scale: str = OFFLINE, **kw) -> V.Row:
     outs = outcomes if outcomes is not None else [outcome(verdict)]
-    return C.Row(claim=c, scale=scale, verdict=verdict, reason=kw.pop("reason", ""), outcomes=outs, evidence=[],
+    return V.Row(claim=c, scale=scale, verdict=verdict, reason=kw.pop("reason", ""), outcomes=outs, evidence=[],
                  **kw)
 
 

@@ -152,8 +152,8 @@ def test_a_paper_without_a_package_gets_every_generic_table(monkeypatch):
 
 
 def test_index_is_a_list_of_sections(tmp_path):
-    (tmp_path / "demo").mkdir()
-    (tmp_path / "demo" / "benchmark.md").write_text("x")
+    (tmp_path / "demo" / "tables").mkdir(parents=True)
+    (tmp_path / "demo" / "tables" / "benchmark_passes.md").write_text("x")  # a benchmark table, generated
     sections = report.index_sections(tmp_path, {"demo": ["a.md"]})
     assert [s[0] for s in sections if s] == ["## Papers", "## Benchmarks"]  # no claims.yaml for "demo": no claims
     text = report.write_index(tmp_path, {"demo": ["a.md"]}).read_text()
@@ -246,7 +246,7 @@ def test_claims_over_the_committed_records_print_no_bare_numpy_warnings():
     """A ratio over a zero arm and a bootstrap resample without spread are undefined: n/a in the table, quietly."""
     import warnings
 
-    from experiments.evidence.claims import evaluate_claims
+    from experiments.evidence.verdicts import evaluate_claims
     from experiments.results import load_runs
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)

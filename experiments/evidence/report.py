@@ -884,7 +884,8 @@ def claims_records(rows_by_paper: dict) -> list[dict]:
 
 def claims_rows(results_dir: Path) -> tuple[dict, dict]:
     """({paper: rows}, {paper: stand-ins}) for every paper with runs and a claims.yaml."""
-    from experiments.evidence.claims import baseline_runs, claims_path, evaluate_claims, load_claims
+    from experiments.evidence.claims import baseline_runs, claims_path, load_claims
+    from experiments.evidence.verdicts import evaluate_claims
     rows, stand_ins = {}, {}
     for paper in papers_with_runs(results_dir):
         if claims_path(paper).exists():

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from eat.report import _kept, build
-from experiments.evidence.claims import evaluate_claims, load_claims
+from experiments.evidence.claims import load_claims
+from experiments.evidence.verdicts import evaluate_claims
 
 N = 200
 LABELS = [i % 2 for i in range(N)]

@@ -108,6 +108,7 @@ def test_dev_split_of_an_offline_task_is_train_rows_after_the_pool(tmp_path, mon
 @pytest.mark.slow  # ~4 s: three tiny runs, then the claims machinery on their records
 def test_records_carry_what_the_claims_bootstrap(tmp_path):
     from experiments.evidence import claims as C
+    from experiments.evidence import verdicts as V
     recs = {}
     for v in ("icl-0", "icl-2", "sft"):
         recs[v] = execute(_cfg(tmp_path, f"method.variant={v}", "method.auc_bootstrap=200", "method.label_space=true",
@@ -128,14 +129,14 @@ def test_records_carry_what_the_claims_bootstrap(tmp_path):
                     {"metric": "eval/accuracy", "a": {"method.variant": "sft"}, "b": {"method.variant": "icl-0"},
                      "pair_by": ["model.name", "task.name", "seed"], "test": {"kind": "direction", "sign": "+"}}]}]}
     claim = C.parse_claims(doc).claims[0]
-    auc, acc = (C.evaluate_comparison(claim, c, list(recs.values())) for c in claim.comparisons)
+    auc, acc = (V.evaluate_comparison(claim, c, list(recs.values())) for c in claim.comparisons)
     assert "bootstrap replicates" in auc.n and auc.ci[0] < auc.estimate < auc.ci[1]
     assert auc.estimate == pytest.approx(recs["icl-2"]["metrics"]["eval/auc_twonn"]
                                          - recs["sft"]["metrics"]["eval/auc_twonn"])
     assert "16 examples" in acc.n and acc.ci is not None
     layer = C.parse_claims({**doc, "claims": [{**doc["claims"][0], "compare": {
         **doc["claims"][0]["compare"][0], "metric": "extra.curves.twonn", "reduce": "min"}}]}).claims[0]
-    low = C.evaluate_comparison(layer, layer.comparisons[0], list(recs.values()))
+    low = V.evaluate_comparison(layer, layer.comparisons[0], list(recs.values()))
     assert "bootstrap replicates" in low.n and low.ci[0] <= low.estimate <= low.ci[1]
 
 

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from experiments.evidence.claims import evaluate_claims, load_claims
+from experiments.evidence.claims import load_claims
+from experiments.evidence.verdicts import evaluate_claims
 from experiments.evidence.paper_values import paper_values
 from layer_fusion.report import build, curve_stats
 

@@ -8,7 +8,8 @@ import csv
 
 import pytest
 
-from experiments.evidence.claims import evaluate_claims, load_claims
+from experiments.evidence.claims import load_claims
+from experiments.evidence.verdicts import evaluate_claims
 from experiments.evidence.records import select
 from experiments.evidence.selection import SelectionError, best_dev_over
 from reverse_probing.report import build
