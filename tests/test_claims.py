@@ -1,5 +1,6 @@
-"""experiments/evidence/claims.py: verdicts from synthetic records with known differences, the bootstraps against plain numpy,
-selector/pairing and validation errors, and the three real claims.yaml files against the committed records."""
+"""experiments/evidence/claims.py and verdicts.py: verdicts from synthetic records with known differences, the
+intervals against plain numpy and scipy, selector/pairing and validation errors, and every paper's claims.yaml
+against the committed records."""
 from __future__ import annotations
 
 import itertools
@@ -52,7 +53,8 @@ def claim(test: dict, needs_signal: bool = True, cid: str = "c", **compare) -> d
     compare = {"metric": "eval/accuracy", "units": "points", "a": {"method.variant": "new"},
                "b": {"method.variant": "base"}, "pair_by": ["model.name", "task.name", "seed"], "test": dict(test),
                **compare}
-    return {"id": cid, "kind": "paper", "claim": "new is no worse than base", "paper": {"where": "Table 1", "values": {"new": 1.0}},
+    return {"id": cid, "kind": "paper", "claim": "new is no worse than base",
+            "paper": {"where": "Table 1", "values": {"new": 1.0}},
             "compare": compare, "needs_signal": needs_signal}
 
 

@@ -7,7 +7,8 @@ Two kinds of tables. Generic per-experiment tables, for the experiments a paper 
 field except the seed, and per metric, ours as mean ± sd over seeds (n), the paper's number where
 `<paper>/paper_values.yaml` has one, Δ = ours − paper, the hardware; fields that differ inside an experiment (e.g.
 method.k) are columns of their own. Then the paper's own tables: `<paper>/report.py`'s `build(runs, out)`, written with
-the kit in experiments/evidence/tables.py. tables/ and figures/ are rebuilt from scratch each time: never edit them by hand."""
+the kit in experiments/evidence/tables.py. tables/ and figures/ are rebuilt from scratch each time: never edit them
+by hand."""
 from __future__ import annotations
 
 import argparse
@@ -212,7 +213,7 @@ def report(paper: str, results_dir: Path, rebuild: str | None = None) -> list[st
         lines += ["## Per-experiment tables", "", "Every metric of each experiment, one row per group of runs that "
                   "share their whole config but the seed.", ""]
     for exp_id in generic:
-        # an lr sweep with dev scores is shown at each group's dev-chosen lr (experiments/evidence/selection.py); a user's own
+        # an lr sweep with dev scores is shown at each group's dev-chosen lr (evidence/selection.py); a user's own
         # sweep shows every lr it tried, with the dev choice as a note
         rs = [r for r in runs if r["exp_id"] == exp_id]
         chosen, lr_note = selection.for_table(rs, _group_name)

@@ -139,7 +139,8 @@ def test_tables_and_figures_are_built_beside_the_papers_rows(tmp_path):
                                                      ("EAT (ours)", "avg_retention")}
     assert not any(r["metric"] in ("latency_ms", "accuracy") for r in vs)  # offline twins: relative columns only
     abl = _csv(tmp_path, "ablation")
-    assert [r["contender"] for r in abl] == [*CONTENDERS[:-2], "baseline (minilm-l3)", "eat:best (= None, chosen on dev)"]
+    assert [r["contender"] for r in abl] == [*CONTENDERS[:-2], "baseline (minilm-l3)",
+                                             "eat:best (= None, chosen on dev)"]
     sc = {r["arm"]: r for r in _csv(tmp_path, "scaling")}
     assert sc["eat"]["log-log slope [CI]"].startswith("1.00 [") and float(sc["dense"]["ms@4096"]) == pytest.approx(
         8 ** 1.6, rel=1e-6)
