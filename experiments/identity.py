@@ -71,10 +71,3 @@ def artifact(exp_id: str, paper: str) -> str:
 
 def published_path(results_dir: str | Path, paper: str, exp_id: str, hardware: str, run_id: str) -> Path:
     return Path(results_dir) / paper / "runs" / artifact(exp_id, paper) / hardware / f"{run_id}.json"
-
-
-def side_files_dir(cfg, output_dir: str | Path, paper: str) -> Path:
-    """Where a method writes files beside its record (a benchmark's benchmark.json and .md): results/<paper>/, which the
-    report reads, only when the run publishes; otherwise its own run directory, so a quick check never rewrites a
-    committed table."""
-    return Path(cfg.results_dir) / paper if cfg.publish else Path(output_dir)

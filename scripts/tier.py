@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import time
@@ -82,10 +81,7 @@ def listing(papers: Sequence[str], hardware: str, conf: Path = CONF) -> list[str
                      "cpu": f"make {paper}-cpu publishes -> {dest}",
                      "offline": f"make {paper} publishes -> {dest}",
                      "hub": f"make {paper} with HF_HUB_OFFLINE=0 publishes -> {dest}"}[k]
-            # a benchmark that writes its own file under results/ whatever publish says says so in its header
-            writes = re.search(r"^# Writes (results/\S+)", (conf / paper / f"{name}.yaml").read_text(), re.M)
-            rows.append((f"conf/experiment/{paper}/{name}.yaml",
-                         where + (f"; writes {writes[1].rstrip(';,')} on every run" if writes else "")))
+            rows.append((f"conf/experiment/{paper}/{name}.yaml", where))
     width = max((len(f) for f, _ in rows), default=0)
     return (["Every run writes under outputs/; a record goes to results/<paper>/runs/<experiment>/<hardware>/ "
              "(committed) only with publish=true, which make <paper>-cpu and make <paper> pass."]
