@@ -18,6 +18,7 @@ own models and data, never merged.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass, field
@@ -187,11 +188,13 @@ def evaluate_comparison(claim: Claim, comp: Comparison, runs: list[dict],
         out.unfit = list(dict.fromkeys(w for w, _ in whys))
         out.baseline = next((s.baseline_name for _, s in whys if s.baseline_name), None)
         if not chosen:  # every group out: the numbers stay for orientation, the verdict does not
-            b_only = all(all(side == "b" for side, s in signals[g.key] if s.why(margin)) for g in groups)
-            out.baseline_failed = b_only and comp.b is not None
+            b_only = [all(side == "b" for side, s in signals[g.key] if s.why(margin)) for g in groups]
+            out.baseline_failed = all(b_only) and comp.b is not None
             out.verdict, out.p, out.notes = "not testable here", None, []
-            out.reason = ("baseline failed to train" if out.baseline_failed
-                          else "every group has an arm not doing its task")
+            out.reason = "baseline failed to train" if out.baseline_failed else \
+                "every group has an arm not doing its task" + (
+                    f" (the baseline arm b alone in {sum(b_only)} of {len(groups)} groups: it failed to train there)"
+                    if any(b_only) and comp.b is not None else "")
             out.parts = (0, named)
         for m in (margin - 1, margin + 1):
             alt = kept(m)
@@ -238,24 +241,28 @@ def _pair_stat(comp: Comparison, ra: dict, rb: dict | None, group: _Group) -> st
 
 def _group_signals(comp: Comparison, g: _Group) -> list[tuple[str, Signal]]:
     """Each arm of the group against its trivial baseline, with the arm's interval: over its seeds (t) when the
-    group has several, else over its eval examples when the record keeps them."""
+    group has several, else over its eval examples when the record keeps them. Each is named by its side and group
+    (records of different arms can share task/model/variant)."""
     out = []
+    where = ", ".join(str(json.loads(k)) for k in g.key)
     for side, idx in (("a", 1), ("b", 2)):
         recs = [p[idx] for p in g.pairs if p[idx] is not None]
         if not recs or (side == "b" and g.pairs[0][2] is g.pairs[0][1]):
             continue
         first = signal(recs[0], comp.metric)
+        label = f"{side} arm [{where}]" if where else f"{side} arm"
         if first.broken or len(recs) == 1:
             lo = None if first.broken else example_ci(recs[0], first.key)
-            out.append((side, signal(recs[0], comp.metric, lo[0] if lo else None)))
+            s = signal(recs[0], comp.metric, lo[0] if lo else None)
+            out.append((side, dataclasses.replace(s, name=f"{label} {s.name}")))
             continue
         sigs = [signal(r, comp.metric) for r in recs]
         broken = next((s for s in sigs if s.broken), None)
         if broken:
-            out.append((side, broken))
+            out.append((side, dataclasses.replace(broken, name=f"{label} {broken.name}")))
             continue
         iv = t_interval([s.value for s in sigs])
-        mean = Signal(sigs[0].name + f" ({len(sigs)} seeds)", first.key, iv.estimate, first.baseline,
+        mean = Signal(f"{label} {sigs[0].name} ({len(sigs)} seeds)", first.key, iv.estimate, first.baseline,
                       first.baseline_name, (iv.estimate - first.baseline) / points(first.key), iv.lo)
         out.append((side, mean))
     return out
