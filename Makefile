@@ -7,6 +7,9 @@ PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.strata-installed
 CACHE   := $(or $(STRATA_CACHE),$(HOME)/.cache/strata)
 HARDWARE ?= gpu
+# make verify: records rerun per paper and the seed of their draw
+N       ?= 1
+SEED    ?= 0
 # tests run in one process per core (pytest-xdist, one torch thread each; at most 4: every worker holds its own
 # models); PYTEST_PARALLEL= runs them in this process, e.g. to debug one
 PYTEST_PARALLEL ?= -n auto --maxprocesses 4
@@ -16,7 +19,8 @@ export HF_HUB_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: help setup assets test test-unit test-slow smoke reproduce tables list clean $(PAPERS) $(addsuffix -cpu,$(PAPERS))
+.PHONY: help setup assets test test-unit test-slow smoke reproduce tables verify list clean $(PAPERS) \
+        $(addsuffix -cpu,$(PAPERS))
 
 help: ## list the targets, with this checkout's values
 	@echo "strata: make <target>    venv: $(VENV)   asset cache: $(CACHE)   implemented: $(PAPERS)"
@@ -65,6 +69,9 @@ $(PAPERS): %: assets ## <paper>: GPU tier: packaged models at full data (offline
 
 tables: setup ## rebuild every table, figure and results/REPORT.md from the committed run files (no compute)
 	$(PY) -m experiments.report
+
+verify: assets ## rerun N committed records per paper (seeded draw, SEED) and compare every metric; results/ untouched
+	$(PY) -m scripts.verify --n $(N) --seed $(SEED)
 
 list: ## every experiment file: the command that runs it and whether it publishes into results/
 	@$(PYTHON) -m scripts.tier --list --hardware $(HARDWARE) $(PAPERS) store
