@@ -73,7 +73,9 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
     tok, model, raw, train, evals = prepare(cfg)
     dev = encode_dev(cfg, tok, raw)
     ctx.tokenizer_fingerprint = tokenizer_fingerprint(tok)
-    attached = hooks.attach(cfg, ctx, model, tok, {"train": train, "eval": evals})  # e.g. pema.enabled: E' for E
+    # e.g. pema.enabled: E' for E, over every split the model reads (dev too: it chooses the checkpoint)
+    features = {"train": train, "eval": evals, **({"dev": dev} if dev is not None else {})}
+    attached = hooks.attach(cfg, ctx, model, tok, features)
     batches, n_batches = D.train_batches(train, cfg.hardware.batch_size, tok.pad_token_id, cfg.seed,
                                          cfg.train.group_by_length)
     record_samples(cfg, ctx, raw, train, evals)

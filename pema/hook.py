@@ -26,8 +26,17 @@ def keep_ids(tok, keep_special: bool) -> list[int]:
     return sorted({int(i) for i in ids})
 
 
+def read_splits(named, has_dev: bool) -> list[str]:
+    """The splits V' counts: those named, and the dev split wherever train is named and the run has one (carved from
+    train by task.dev_from_train, or the task's own): the fine-tuned model reads dev to choose its checkpoint, so its
+    ids must be in V' as much as train's."""
+    named = list(named)
+    return named + ["dev"] if has_dev and "train" in named and "dev" not in named else named
+
+
 def sub_vocabulary(features: dict, splits, rows: int, keep=()) -> tuple[VocabMap, vocab.Usage]:
-    """V' (as an id map) from the token ids of the named tokenized splits."""
+    """V' (as an id map) from the token ids of the named tokenized splits (and dev with train: read_splits)."""
+    splits = read_splits(splits, "dev" in features)
     missing = [s for s in splits if s not in features]
     if missing:
         raise PemaError(f"pema.splits names {missing}, but this run has the splits {sorted(features)}; "

@@ -30,7 +30,7 @@ from experiments.config import ModelConfig, TaskConfig, load_group
 from experiments.models import byte_tokenizer, load_tokenizer, tokenizer_fingerprint, weights_path
 from experiments.optim import adamw
 from pema import memory, vocab
-from pema.hook import attach, keep_ids
+from pema.hook import attach, keep_ids, read_splits
 from pema.sizes import architecture, sizes
 
 log = logging.getLogger(__name__)
@@ -151,9 +151,11 @@ def vocab_run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
     ctx.tokenizer_fingerprint = tok_key = tokenizer_fingerprint(tok)
     cache = cache_dir() / "pema" / "counts" if m.cache else None
     counts = np.zeros(sz.rows, dtype=np.int64)
+    read = {}
     for task in tasks:
+        read[task.name] = read_splits(cfg.pema.splits, bool(task.get("dev_from_train")) or "dev" in task.splits)
         for hub in (hub_names if task is cfg.task else [None]):
-            for split in cfg.pema.splits:
+            for split in read[task.name]:
                 c, n_ex, hit = split_counts(tok, sz.rows, task, cfg.data, hub, split, m.truncation, m.special_tokens,
                                             tok_key, cache, cfg.force)
                 counts += c
@@ -172,7 +174,7 @@ def vocab_run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
         corpus=examples, counts_from_cache=cached, tokenizer_key=tok_key,
         tokenizer=f"{m.tokenizer_of}'s (same vocabulary)" if m.tokenizer_of else cfg.model.hf_id or cfg.model.name,
         tokenizer_size=len(tok),
-        truncation=m.truncation, special_tokens=m.special_tokens, splits=list(cfg.pema.splits),
+        truncation=m.truncation, special_tokens=m.special_tokens, splits=read[cfg.task.name],
         kept_ids=keep, zero_count_examples=[{"id": i, "token": tok.convert_ids_to_tokens(i)} for i in longest])
     return {"vocab/rows": sz.rows, "vocab/used": used, "vocab/unique": use.unique, "vocab/total": use.total,
             "vocab/unique_pct": use.unique_pct, "vocab/zero_count": len(zero), "vocab/tokenizer_size": len(tok),

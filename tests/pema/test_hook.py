@@ -76,3 +76,15 @@ def test_weight_decay_breaks_equivalence_only_outside_v_prime(tmp_path):
 def test_equivalence_minilm_l6(tmp_path):
     check_equal(*both_arms(tmp_path, "model=minilm-l6", "task=rt-polarity", "data.limit_train=64", "data.limit_eval=32",
                            "train.weight_decay=0", "train.max_steps=4", "hardware.batch_size=16"))
+
+
+def test_v_prime_counts_the_dev_split_the_model_reads_with_train():
+    # dev is carved from train and chooses the checkpoint: an id only dev has must be in V', or dev cannot be read
+    from pema.hook import read_splits, sub_vocabulary
+    features = {"train": [[1, 2, 3]], "dev": [[1, 7]], "eval": [[2, 4]]}
+    vmap, usage = sub_vocabulary(features, ["train", "eval"], rows=10)
+    assert vmap.used == 5 and 7 in vmap.selected.tolist()
+    assert read_splits(["train", "eval"], has_dev=False) == ["train", "eval"]
+    assert read_splits(["eval"], has_dev=True) == ["eval"]  # dev goes with train, not on its own
+    vmap, _ = sub_vocabulary({"train": [[1]], "eval": [[2]]}, ["train", "eval"], rows=10)
+    assert vmap.used == 2

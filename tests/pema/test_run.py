@@ -81,20 +81,23 @@ def test_vocab_run_known_answers_union_and_cache(smoke_cfg, tmp_path, monkeypatc
     cfg = compose("debug=smoke")
     tok = byte_tokenizer()
     raw = D.load_splits(cfg.task, cfg.data)
+    assert set(raw) == {"train", "dev", "eval"}  # V' counts every split the fine-tuned model reads
     ids = np.concatenate([np.concatenate(D.encode(raw[s], tok, cfg.task, 64, s == "train")["input_ids"])
-                          for s in ("train", "eval")])
+                          for s in ("train", "dev", "eval")])
     rec = execute(smoke_cfg("method=pema_vocab"), tmp_path / "a")
     m = rec["metrics"]
+    assert rec["extra"]["splits"] == ["train", "eval", "dev"]
     assert m["vocab/rows"] == 260 and m["vocab/total"] == len(ids) and m["vocab/unique"] == len(np.unique(ids))
     assert m["vocab/used"] == len(set(ids.tolist()) | set(tok.all_special_ids))
     assert m["reduction/embedding_pct"] == pytest.approx(100 * (1 - m["vocab/used"] / 260))
     assert m["reduction/model_pct"] == pytest.approx(100 * (260 - m["vocab/used"]) * 32 / m["params/n"])
     raw_rec = execute(smoke_cfg("method=pema_vocab", "method.truncation=false", "method.special_tokens=false"),
                       tmp_path / "b")
-    assert raw_rec["metrics"]["vocab/total"] == len(ids) - 2 * len(raw["train"]) - 2 * len(raw["eval"])  # no CLS/SEP
+    assert raw_rec["metrics"]["vocab/total"] == len(ids) - 2 * sum(len(raw[s]) for s in raw)  # no CLS/SEP
     union = execute(smoke_cfg("method=pema_vocab", "method.union=rt-polarity+wnut16", "method.variant=u"),
                     tmp_path / "c")
-    assert set(union["extra"]["corpus"]) == {"rt-polarity/train", "rt-polarity/eval", "wnut16/train", "wnut16/eval"}
+    assert set(union["extra"]["corpus"]) == {"rt-polarity/train", "rt-polarity/dev", "rt-polarity/eval",
+                                             "wnut16/train", "wnut16/eval"}
     assert "rt-polarity/train" in union["extra"]["counts_from_cache"]  # counted once, by the first run
     assert union["metrics"]["vocab/used"] >= m["vocab/used"]
     assert list((tmp_path / "cache" / "pema" / "counts").glob("*.npz"))
@@ -111,7 +114,7 @@ def test_counts_are_keyed_by_the_data_asset_and_force_recounts(smoke_cfg, tiny_a
         assert "data/tiny-data" in rec["provenance"]["assets"]  # named even when every count came from the cache
         return rec["extra"]["counts_from_cache"], rec["metrics"]["vocab/total"]
     first, total = vocab(out="a")
-    assert first == [] and vocab(out="b") == (["rt-polarity/train", "rt-polarity/eval"], total)
+    assert first == [] and vocab(out="b") == (["rt-polarity/train", "rt-polarity/eval", "rt-polarity/dev"], total)
     tiny_assets.data(20)  # the data asset rebuilt with fewer train rows
     cached, fewer = vocab(out="c")
     assert cached == [] and fewer < total  # the whole asset is one manifest: its unchanged eval file is recounted too
