@@ -68,15 +68,18 @@ def read_json(path: Path) -> dict | None:
         return None
 
 
-def finished(path: Path, chash: str) -> dict | None:
-    """The record at `path` if it finished ok with this exact config hash and every asset it read is unchanged in
-    the current cache (provenance.assets: manifest shas, which cover the tokenizer and weights files, and hub
-    revisions); a changed asset is logged and the run is redone. A schema-1 record names no assets: redone."""
+def finished(path: Path, chash: str, version: int | None = None) -> dict | None:
+    """The record at `path` if it finished ok with this exact config hash, by this `version` of its method, and every
+    asset it read is unchanged in the current cache (provenance.assets: manifest shas, which cover the tokenizer and
+    weights files, and hub revisions); a changed asset or method version is logged and the run is redone. A
+    schema-1 record names no assets: redone."""
     r = read_json(path)
     if not (r and r.get("status") == "ok" and r.get("config_hash") == chash):
         return None
     recorded = r.get("provenance", {}).get("assets")
     why = "the record (schema 1) names no assets to check" if recorded is None else assets.changed(recorded)
+    if not why and version is not None and r.get("method_version") != version:
+        why = f"made by version {r.get('method_version')} of its method, now {version}"
     if why:
         log.warning("redoing %s: %s", path, why)
         return None

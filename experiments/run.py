@@ -147,7 +147,7 @@ def execute(cfg: DictConfig, output_dir: Path, overrides: list[str] | tuple[str,
     published = published_path(cfg.results_dir, paper, cfg.exp_id, cfg.hardware.name, run_id)
     # only this machine's own record counts as done: the committed results/ are someone else's run, and a fresh
     # clone's `make reproduce` must recompute them rather than re-render them
-    done = None if cfg.force else finished(result_path, chash)
+    done = None if cfg.force else finished(result_path, chash, registry.version_of(cfg.method.name))
     if done:
         log.info("skip %s: finished with the same config (hash %s) and assets (force=true reruns it): %s\n"
                  "  record: %s", run_id, chash, shown_metrics(done["metrics"]), result_path.resolve())

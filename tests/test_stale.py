@@ -1,5 +1,6 @@
 """No stale result: a finished run is reused only while the assets it read are the ones in the cache now, and a
 skipped run still says what it found."""
+import dataclasses
 import json
 import logging
 import shutil
@@ -86,3 +87,14 @@ def test_a_record_that_names_no_assets_is_redone(smoke_cfg, tmp_path, monkeypatc
     execute(smoke_cfg(), tmp_path / "run")
     assert calls == ["finetune"]
 
+
+
+def test_a_record_of_an_older_method_version_is_redone(smoke_cfg, tmp_path, monkeypatch):
+    execute(smoke_cfg(), tmp_path / "run")
+    calls = counting(monkeypatch)
+    execute(smoke_cfg(), tmp_path / "run")
+    assert calls == []  # same version: skipped
+    monkeypatch.setitem(registry.METHODS, "finetune",
+                        dataclasses.replace(registry.METHODS["finetune"], version=registry.version_of("finetune") + 1))
+    execute(smoke_cfg(), tmp_path / "run")
+    assert calls == ["finetune"]
