@@ -90,7 +90,7 @@ def raw_ids(ds, tok, task: DictConfig, special_tokens: bool) -> list[list[int]]:
     return tok(*[list(ds[x]) for x in f], **kw)["input_ids"]
 
 
-COUNTS_VERSION = 1  # bump when the counting changes: cached counts are keyed by it
+COUNTS_VERSION = 2  # bump when the counting changes: cached counts are keyed by it (2: the dev carve is in the key)
 
 
 def split_counts(tok, rows: int, task: DictConfig, data: DictConfig, hub_name, split: str, truncation: bool,
@@ -105,6 +105,7 @@ def split_counts(tok, rows: int, task: DictConfig, data: DictConfig, hub_name, s
     n = D.max_length(task, data)
     key = json.dumps([COUNTS_VERSION, tok_key, rows, task.name, task.source, task.offline, task.hf.path,
                       hub_name or task.hf.name, split, task.splits.get(split), n, truncation, special_tokens,
+                      task.get("dev_from_train"),  # a carve changes which rows train (and dev) hold
                       data.source, data.limit_train, data.limit_eval, data.subset_seed,
                       data_fingerprint(task, data)], default=str)
     digest = hashlib.sha256(key.encode()).hexdigest()[:24]

@@ -184,3 +184,17 @@ def test_tokenizer_of_counts_with_another_models_tokenizer_of_the_same_size(smok
     bad = execute(smoke_cfg("method=pema_vocab", "model=bert-base-uncased", "method.tokenizer_of=tiny-bert",
                             "on_error=record"), tmp_path / "bad")
     assert bad["status"] == "failed" and "method.tokenizer_of=tiny-bert: its tokenizer has 260 tokens" in bad["error"]
+
+
+def test_a_count_of_train_is_keyed_by_its_dev_carve(smoke_cfg, tmp_path, monkeypatch):
+    # wnut16 joined as a union task keeps all of train; as the run's own task with a dev carve, train loses the
+    # carve to dev: the two train counts must never be one cached entry
+    import pema.run
+    monkeypatch.setattr(pema.run, "cache_dir", lambda: tmp_path / "cache")
+    monkeypatch.setattr(pema.run, "_COUNTS", {})
+    whole = execute(smoke_cfg("method=pema_vocab", "method.union=wnut16"), tmp_path / "a")
+    carved = execute(smoke_cfg("method=pema_vocab", "task=wnut16", "task.dev_from_train=0.3"), tmp_path / "b")
+    assert whole["status"] == carved["status"] == "ok", (whole.get("error"), carved.get("error"))
+    w, c = whole["extra"]["corpus"], carved["extra"]["corpus"]
+    assert "wnut16/dev" not in w and "wnut16/train" not in carved["extra"]["counts_from_cache"]
+    assert c["wnut16/train"] + c["wnut16/dev"] == w["wnut16/train"] and c["wnut16/dev"] > 0
