@@ -36,7 +36,9 @@ from experiments.train import fit
 log = logging.getLogger(__name__)
 TRAINING_KEYS = ("variant", "exit_layer", "patience_layer", "exit_weight", "pooling", "prune_after", "prune_ratio", "prune_rule",
                  "scorer", "window", "anneal", "distill", "distill_temperature", "distill_mu")
-CHECKPOINT_VERSION = 1  # bump when training semantics change: old checkpoints are then never read
+# bump when training semantics change: old checkpoints are then never read (2: an arm's training is seeded by its
+# own config, no longer by whatever ran before it in the process)
+CHECKPOINT_VERSION = 2
 
 
 def settings_of(m: DictConfig) -> Settings:
@@ -138,7 +140,10 @@ def _load(path: Path, model: EatModel) -> dict | None:
 
 
 def train_arm(cfg: DictConfig, ctx: RunContext, data: Data) -> tuple[EatModel, dict]:
-    """The arm's trained model (from the cache when its exact training exists) and its training summary."""
+    """The arm's trained model (from the cache when its exact training exists) and its training summary. Its head
+    init and dropout are seeded by the arm's own cfg.seed, so the weights a checkpoint holds do not depend on what
+    ran before in the process (the benchmark trains three arms in one), and a cached arm reproduces when rerun."""
+    torch.manual_seed(cfg.seed)
     model = build(cfg)
     path = checkpoint_path(cfg, ctx, model, data.tok)
     info = None if cfg.force else _load(path, model)  # force=true retrains and replaces the checkpoint
@@ -159,7 +164,8 @@ def train_arm(cfg: DictConfig, ctx: RunContext, data: Data) -> tuple[EatModel, d
 
     trainee = model
     if m.distill and m.variant != "dense":
-        teacher, _ = train_arm(OmegaConf.merge(cfg, {"method": {"variant": "dense", "distill": False}}), ctx, data)
+        with torch.random.fork_rng(devices=range(torch.cuda.device_count())):  # a cached teacher draws nothing
+            teacher, _ = train_arm(OmegaConf.merge(cfg, {"method": {"variant": "dense", "distill": False}}), ctx, data)
         trainee = Distilled(model, teacher.to(ctx.device), m.distill_temperature, m.distill_mu)
     dev_split = "dev" if data.dev is not None else "eval"
     dev_feats = data.dev if data.dev is not None else data.evals

@@ -44,8 +44,9 @@ METHODS: dict[str, Method] = {
     "store_bench": Method("experiments.bench_store:run", "store", "experiments.bench_config:StoreBenchConfig"),
     "recycling": Method("recycling.run:run", "recycling", "recycling.config:RecyclingConfig"),
     "recycling_bench": Method("recycling.bench:run", "recycling", "recycling.config:RecyclingBenchConfig"),
-    "eat": Method("eat.run:run", "eat", "eat.config:EatConfig"),
-    "eat_bench": Method("eat.bench:run", "eat", "eat.config:EatBenchConfig"),
+    # version 2: each arm's training is seeded by its own config (a cached arm reproduces when rerun)
+    "eat": Method("eat.run:run", "eat", "eat.config:EatConfig", version=2),
+    "eat_bench": Method("eat.bench:run", "eat", "eat.config:EatBenchConfig", version=2),
     "layer_fusion": Method("layer_fusion.run:run", "layer_fusion", "layer_fusion.config:LayerFusionConfig"),
     "layer_fusion_params": Method("layer_fusion.params:run", "layer_fusion",
                                   "layer_fusion.config:LayerFusionParamsConfig"),

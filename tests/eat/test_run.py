@@ -166,3 +166,16 @@ def test_calibration_off_keeps_the_temperature_at_one(smoke_cfg, tmp_path):
     assert m["calib/temperature"] == 1.0 and m["calib/fitted_temperature"] > 0
     assert m["calib/ece_eval_after"] == m["calib/ece_eval_before"]
     assert m["calib/ece_dev_after"] == m["calib/ece_dev_before"]
+
+
+def test_an_arm_trained_inside_the_benchmark_is_the_arm_a_standalone_run_trains(smoke_cfg, tmp_path):
+    # the benchmark trains eat, then dense, then the baseline in one process; a cached dense checkpoint must hold the
+    # weights a run of its own would train, or a record that reads it cannot be reproduced
+    alone = run(smoke_cfg, tmp_path, "method.variant=dense", f"method.checkpoint_dir={tmp_path / 'a'}", out="alone")
+    run(smoke_cfg, tmp_path, "method.n_latency=2", "method.warmup=1", "method.batch_size=4",
+        "method.throughput_rounds=1", "method.bootstrap=20", "method.baseline_model=tiny-bert",
+        f"method.checkpoint_dir={tmp_path / 'b'}", method="eat_bench", out="bench")
+    cached = run(smoke_cfg, tmp_path, "method.variant=dense", f"method.checkpoint_dir={tmp_path / 'b'}", out="cached")
+    assert cached["extra"]["checkpoint_cached"] and not alone["extra"]["checkpoint_cached"]
+    assert cached["per_example"] == alone["per_example"]
+    assert cached["extra"]["history"] == alone["extra"]["history"]
