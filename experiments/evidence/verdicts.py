@@ -583,13 +583,19 @@ def _more_data(groups: list[_Group], iv: Interval, test: Test) -> str:
     return ""
 
 
-def _correlation(claim: Claim, comp: Comparison, runs: list[dict]) -> Outcome:
+def _a_only(comp: Comparison, runs: list[dict], statistic: str) -> tuple[list[dict], Outcome]:
+    """The `a` records of a test that reads no b side, and its outcome so far: not run without records, else not
+    testable until decided."""
     recs = select(runs, comp.a)
-    out = Outcome(label=comp.label, verdict="not run", records=recs, statistic=f"r ({comp.x} vs {comp.y})")
+    out = Outcome(label=comp.label, verdict="not testable here" if recs else "not run", records=recs,
+                  statistic=statistic, reason="" if recs else "no records: " + _wanted(comp, recs, None))
+    return recs, out
+
+
+def _correlation(claim: Claim, comp: Comparison, runs: list[dict]) -> Outcome:
+    recs, out = _a_only(comp, runs, f"r ({comp.x} vs {comp.y})")
     if not recs:
-        out.reason = "no records: " + _wanted(comp, recs, None)
         return out
-    out.verdict = "not testable here"
     if claim.needs_signal:
         out.unfit = [w for r in recs for w in [not_doing_task(r, None)] if w]
         if out.unfit:
@@ -635,12 +641,9 @@ def _correlation(claim: Claim, comp: Comparison, runs: list[dict]) -> Outcome:
 
 
 def _spread(claim: Claim, comp: Comparison, runs: list[dict]) -> Outcome:
-    recs = select(runs, comp.a)
-    out = Outcome(label=comp.label, verdict="not run", records=recs, statistic=f"max - min over {comp.across}")
+    recs, out = _a_only(comp, runs, f"max - min over {comp.across}")
     if not recs:
-        out.reason = "no records: " + _wanted(comp, recs, None)
         return out
-    out.verdict = "not testable here"
     groups: dict[tuple, dict] = {}
     for r in recs:
         if claim.needs_signal and (why := not_doing_task(r, comp.metric)):
