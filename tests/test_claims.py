@@ -14,6 +14,7 @@ from scipy import stats
 from sklearn.metrics import f1_score
 
 from experiments.evidence import claims as C
+from experiments.evidence import signal as S
 from experiments.evidence import verdicts as V
 from experiments.evidence import report
 from experiments.evidence import records as RD
@@ -161,13 +162,13 @@ def test_intrinsic_dim_style_prediction_counts_are_the_constant_guard():
     assert row.verdict == "not testable here" and "base: constant predictions" in " ".join(row.outcomes[0].unfit)
     # the majority rate kept in extra (intrinsic_dim) is a baseline too
     r = rec("x", acc=0.55, majority=None, extra={"majority_rate": 0.546})
-    assert "vs majority class 0.546" in V.not_doing_task(r, "eval/accuracy")
+    assert "vs majority class 0.546" in S.not_doing_task(r, "eval/accuracy")
 
 
 def test_unknown_majority_baseline_is_said():
     r = rec("x", majority=None)
     r["config"]["task"]["type"] = "mc"  # no eval split to count labels in
-    assert "majority baseline unknown" in V.not_doing_task(r, "eval/accuracy")
+    assert "majority baseline unknown" in S.not_doing_task(r, "eval/accuracy")
 
 
 def test_group_with_an_unfit_arm_is_left_out_and_said():
@@ -637,3 +638,32 @@ def test_kinds_and_rounds_are_validated(mutate, match):
     mutate(c)
     with pytest.raises(C.ClaimsError, match=match):
         registry(c)
+
+
+def test_one_sided_p_values_against_scipy_and_the_replicates():
+    iv = ST.t_interval([1.0, 2.0, 4.0])
+    se = np.std([1.0, 2.0, 4.0], ddof=1) / np.sqrt(3)
+    assert ST.one_sided_p(iv, 0.0, above=True) == pytest.approx(stats.t.sf((7 / 3) / se, 2))
+    assert ST.one_sided_p(iv, 0.0, above=False) == pytest.approx(stats.t.cdf((7 / 3) / se, 2))
+    reps = np.arange(100.0)  # 10 of 100 replicates at or below 9
+    boot = ST.replicate_interval(50.0, reps, "examples")
+    assert ST.one_sided_p(boot, 9.0, above=True) == pytest.approx(11 / 101)
+
+
+def test_a_correlation_arm_whose_interval_reaches_its_baseline_is_not_testable():
+    n = 40
+    label = np.array([0, 1] * (n // 2))
+    pred = label.copy()
+    pred[:9] = 1 - pred[:9]  # 31 of 40 right: 77.5 %, 7.5 points over a 0.70 majority, but +-13 points wide
+    x = np.linspace(1, 10, 10)
+    runs = [rec("v0", acc=float((pred == label).mean()), majority=0.70,
+                per_example={"pred": pred.tolist(), "label": label.tolist()},
+                extra={"curves": {"x": x.tolist(), "y": (2 * x).tolist()}})]
+    corr = claim({"kind": "correlation", "at_least": 0.5}, needs_signal=True, cid="r", a={"method.name": "x"},
+                 x="extra.curves.x", y="extra.curves.y")
+    for k in ("b", "metric", "units", "pair_by"):
+        corr["compare"].pop(k)
+    (row,) = rows(runs, corr)
+    assert row.verdict == "not testable here" and "interval reaches the baseline" in row.outcomes[0].unfit[0]
+    runs[0]["metrics"]["eval/majority_accuracy"] = 0.50  # far below: the same arm does its task
+    assert rows(runs, corr)[0].verdict == "holds"

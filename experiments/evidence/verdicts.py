@@ -30,7 +30,7 @@ import numpy as np
 from experiments.evidence.claims import (REPO, SEED, Claim, ClaimsError, Comparison, Registry, Test, load_claims)
 from experiments.evidence.records import (MISSING, SelectError, field_of, metric_name, multiplier, points, raw_value,
                                           select, value_of)
-from experiments.evidence.signal import SIGNAL_MARGIN_POINTS, Signal, not_doing_task, run_name, signal
+from experiments.evidence.signal import SIGNAL_MARGIN_POINTS, Signal, run_name, signal
 from experiments.evidence.stats import (BOOT_SEED, MIN_CORRELATION_POINTS, N_BOOT, Interval, bootstrap_examples,
                                         count_examples, example_ci, holm, one_sided_p, per_example,
                                         replicate_interval, resampled_metric, t_from_se, t_interval)
@@ -252,8 +252,7 @@ def _group_signals(comp: Comparison, g: _Group) -> list[tuple[str, Signal]]:
         first = signal(recs[0], comp.metric)
         label = f"{side} arm [{where}]" if where else f"{side} arm"
         if first.broken or len(recs) == 1:
-            lo = None if first.broken else example_ci(recs[0], first.key)
-            s = signal(recs[0], comp.metric, lo[0] if lo else None)
+            s = _one_run_signal(recs[0], comp.metric)
             out.append((side, dataclasses.replace(s, name=f"{label} {s.name}")))
             continue
         sigs = [signal(r, comp.metric) for r in recs]
@@ -266,6 +265,13 @@ def _group_signals(comp: Comparison, g: _Group) -> list[tuple[str, Signal]]:
                       first.baseline_name, (iv.estimate - first.baseline) / points(first.key), iv.lo)
         out.append((side, mean))
     return out
+
+
+def _one_run_signal(record: dict, metric: str | None) -> Signal:
+    """One run against its trivial baseline, with its interval over eval examples when the record keeps them."""
+    first = signal(record, metric)
+    lo = None if first.broken else example_ci(record, first.key)
+    return first if lo is None else signal(record, metric, lo[0])
 
 
 def _single_run_interval(comp: Comparison, g: _Group, rng) -> Interval | None:
@@ -597,7 +603,7 @@ def _correlation(claim: Claim, comp: Comparison, runs: list[dict]) -> Outcome:
     if not recs:
         return out
     if claim.needs_signal:
-        out.unfit = [w for r in recs for w in [not_doing_task(r, None)] if w]
+        out.unfit = [w for r in recs for w in [_one_run_signal(r, None).why()] if w]
         if out.unfit:
             return out
     xs, ys = [], []
@@ -646,7 +652,7 @@ def _spread(claim: Claim, comp: Comparison, runs: list[dict]) -> Outcome:
         return out
     groups: dict[tuple, dict] = {}
     for r in recs:
-        if claim.needs_signal and (why := not_doing_task(r, comp.metric)):
+        if claim.needs_signal and (why := _one_run_signal(r, comp.metric).why()):
             out.unfit.append(why)
             continue
         v, key = value_of(r, comp, comp.metric)
