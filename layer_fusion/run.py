@@ -60,6 +60,11 @@ def check(cfg: DictConfig) -> None:
                          "end and reports the best dev score seen; set train.patience=0")
     if m.lambda_lr is not None and m.fusion != "scalar_mix":
         raise ValueError(f"method.lambda_lr={m.lambda_lr} applies to fusion=scalar_mix only (fusion={m.fusion})")
+    # both protocols choose on dev (fewshot: the paper's best dev F1) and score eval once: without a dev split the
+    # run would choose on the split it reports, so a config without one is refused here, before any work
+    if "dev" not in task.splits and not task.get("dev_from_train"):
+        raise ValueError(f"task={task.name} has no dev split (task.splits={dict(task.splits)}, task.dev_from_train="
+                         "null): name one in task.splits (e.g. dev: validation) or set task.dev_from_train=0.1")
 
 
 # ---- the model ---------------------------------------------------------------------------------------------------

@@ -28,3 +28,17 @@ def test_the_cpu_tier_and_the_gpu_tier():
     gpu = experiments("layer_fusion", "gpu", hub=False)
     assert gpu == ["offline_gpu_fewshot", "offline_gpu_ft", "offline_gpu_p32"]
     assert not any(n.startswith("smoke") for n in experiments("layer_fusion", "gpu"))
+
+
+@pytest.mark.parametrize("exp", ["layer_fusion/fewshot_grid", "layer_fusion/fe_vs_ft", "layer_fusion/learning_curves",
+                                 "layer_fusion/base_vs_large"])
+def test_conll03_grids_choose_on_validation_and_report_test(exp):
+    """DWAtt's CoNLL-03 grids report the best dev F1 (dev = validation, as the paper) and score test once; a config
+    with no dev split is refused by the method's checks before any work."""
+    cfg, _ = compose_experiment(exp)
+    assert cfg.task.name == "conll2003"
+    assert dict(cfg.task.splits) == {"train": "train", "dev": "validation", "eval": "test"}
+    R.check(cfg)
+    cfg.task.splits = {"train": "train", "eval": "validation"}
+    with pytest.raises(ValueError, match=r"task=conll2003 has no dev split .*dev: validation"):
+        R.check(cfg)
