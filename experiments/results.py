@@ -33,13 +33,27 @@ def config_hash(config: dict) -> str:
 
 
 def legacy_reason(record: dict) -> str | None:
-    """Why a record cannot be traced to clean code (None when it can): written before provenance was recorded, or
-    from a tree with uncommitted changes."""
+    """Why a record cannot be traced to clean code (None when it can): written before provenance was recorded, from
+    a tree with uncommitted changes, or by an older version of its method (outdated_reason)."""
     if record.get("schema_version", 1) < 2:
         return "legacy: written before provenance was recorded (schema 1), from a dirty tree"
     prov = record.get("provenance", {})
     if prov.get("git_dirty"):
         return "dirty tree (allow_dirty=true)" if prov.get("allow_dirty") else "dirty tree"
+    return outdated_reason(record)
+
+
+def outdated_reason(record: dict) -> str | None:
+    """Why a record no longer measures its method (None when it does): it was made by an older version of the method,
+    whose semantics have changed since (experiments.registry's version). A record without a method_version (a
+    hand-built one) is taken as it is."""
+    from experiments import registry  # lazy: the registry names every package
+    name = ((record.get("config") or {}).get("method") or {}).get("name")
+    if "method_version" not in record or name not in registry.METHODS:
+        return None
+    now = registry.version_of(name)
+    if record["method_version"] != now:
+        return f"made by version {record['method_version']} of its method, now {now}"
     return None
 
 

@@ -118,6 +118,23 @@ def test_not_run_without_records_names_what_is_missing():
     assert row.verdict == "not run" and "no records" in row.reason and "method.variant=new" in row.reason
 
 
+def test_records_of_an_older_method_version_decide_nothing_and_the_row_says_why():
+    from experiments import registry
+    now = registry.version_of("eat")
+    runs = seeds([0.05, 0.06, 0.04])
+    for r in runs:
+        r["config"]["method"]["name"], r["method_version"] = "eat", now
+    (row,) = rows(runs, claim(AT_LEAST_M1))
+    assert row.verdict == "holds"
+    for r in runs:
+        r["method_version"] = now - 1
+    (row,) = rows(runs, claim(AT_LEAST_M1))
+    assert row.verdict == "not run" and "6 records made by an older version of the method" in row.reason
+    assert f"version {now - 1} of its method, now {now}" in row.reason
+    from experiments.results import legacy_reason
+    assert legacy_reason(runs[0]) == f"made by version {now - 1} of its method, now {now}"
+
+
 def test_a_comparison_without_records_beside_decided_ones_is_not_run_and_the_row_partly_tested():
     c = claim(AT_LEAST_M1, b=[{"method.variant": "base"}, {"method.variant": "never-ran"}])
     (row,) = rows(seeds([0.05, 0.06, 0.04]), c)

@@ -34,7 +34,7 @@ from experiments.evidence.signal import SIGNAL_MARGIN_POINTS, Signal, run_name, 
 from experiments.evidence.stats import (BOOT_SEED, MIN_CORRELATION_POINTS, N_BOOT, Interval, bootstrap_examples,
                                         count_examples, example_ci, holm, one_sided_p, per_example,
                                         replicate_interval, resampled_metric, t_from_se, t_interval)
-from experiments.results import legacy_reason
+from experiments.results import legacy_reason, outdated_reason
 
 # ---------------------------------------------------------------- evaluating one comparison
 
@@ -784,6 +784,9 @@ def evaluate_claims(paper: str, runs: list[dict], results_dir: Path | None = Non
     registry = registry or load_claims(paper)
     results_dir = Path(results_dir) if results_dir is not None else REPO / "results"
     ok = [r for r in runs if r.get("status", "ok") == "ok"]
+    # a record of an older version of its method measured code that no longer exists: it decides nothing
+    outdated = [r for r in ok if outdated_reason(r)]
+    ok = [r for r in ok if not outdated_reason(r)]
     scales: dict[tuple, list[dict]] = {}
     for r in ok:
         scales.setdefault(scale_key(r), []).append(r)
@@ -807,6 +810,10 @@ def evaluate_claims(paper: str, runs: list[dict], results_dir: Path | None = Non
         if not claim_rows:
             verdict = "not testable here" if claim.not_testable else "not run"
             reason = claim.not_testable or ("no records: " + "; ".join(_wanted(c) for c in claim.comparisons))
+            old = {id(r): r for c in claim.comparisons for side in (c.a, c.b) if side for r in select(outdated, side)}
+            if old and not claim.not_testable:
+                reason += (f" ({len(old)} records made by an older version of the method are left out: "
+                           f"{outdated_reason(next(iter(old.values())))}; rerun them)")
             claim_rows.append(Row(claim, "-", verdict, reason, [],
                                   [Path(results_dir) / registry.paper / e for e in claim.evidence
                                    if (Path(results_dir) / registry.paper / e).is_file()]))
