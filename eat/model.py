@@ -245,9 +245,11 @@ class EatModel(nn.Module):
                         if not live.any():
                             return EatOutput(logits, depth=depth, retention=left / n_in)
                         rows, h, pos, valid = rows[live], h[live], pos[live], valid[live]
+                        mass = mass[live] if mass is not None else None  # the pruning step below reads it
                         if s.prune_mode == "remove":  # drop the padding the exited rows needed
                             t = int(valid.sum(1).max())
                             h, pos, valid = h[:, :t], pos[:, :t], valid[:, :t]
+                            mass = mass[:, :t] if mass is not None else None
             if prune_here:
                 h, pos, valid = self._prune(h, pos, valid, mass)
         z = self.classifier(self.pool(h, valid))

@@ -1,5 +1,6 @@
 """EAT's model: with its components off it is the encoder; physical removal equals the official zero-masking; per-example
 exit is independent of the batch; the keep rules reproduce the spec's retention table."""
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -196,3 +197,36 @@ def test_attention_received_scorer_keeps_the_most_attended_tokens():
     l2 = run(m, Settings(prune_mode="remove", prune_ratio=0.3, window=8), ids, mask)
     assert (a.logits - l2.logits).abs().max() > 1e-6  # another score keeps other tokens
     assert torch.equal(a.retention, l2.retention)  # but as many of them
+
+
+def _spread_exit_head(m):
+    """A random exit head is unsure of everything: scale it so its confidences spread around any threshold."""
+    with torch.no_grad():
+        m.exit_classifier.weight.mul_(30)
+    return m
+
+
+def threshold(conf, lo: int, hi: int) -> tuple[float, int]:
+    """A tau in the widest gap between sorted confidences k and k + 1 for k in lo..hi - 1 (no example sits near it,
+    so rounding cannot flip one) and how many examples reach it."""
+    c = np.sort(np.asarray(conf, dtype=float))
+    k = lo + int(np.argmax(np.diff(c)[lo:hi]))
+    return float(c[k:k + 2].mean()), len(c) - k - 1
+
+
+@pytest.mark.parametrize("mode,kernel", [("remove", "banded"), ("mask", "masked")])
+def test_attention_scorer_with_partial_exits_equals_each_example_alone(mode, kernel):
+    # the exit layer is also a pruning layer: the attention mass that scores its tokens must follow the rows still
+    # running when some examples have left (it kept the whole batch's rows and crashed)
+    m = _spread_exit_head(EatModel(bert(), 3, exit_layer=4).eval().double())
+    ids, mask = batch(seed=3, B=6)
+    kw = dict(scorer="attention", window=8, prune_after=(2, 4), prune_mode=mode, kernel=kernel)
+    tau, n_exit = threshold(run(m, Settings(**kw), ids, mask).layer_logits[4].softmax(-1).amax(-1), 0, 5)
+    s = Settings(tau=tau, **kw)
+    together = run(m, s, ids, mask)
+    assert together.depth.tolist().count(4) == n_exit and 0 < n_exit < 6  # some exit, some run on
+    for b in range(6):
+        n = int(mask[b].sum())
+        alone = run(m, s, ids[b:b + 1, :n], mask[b:b + 1, :n])
+        assert (alone.logits[0] - together.logits[b]).abs().max() <= 1e-9
+        assert alone.depth[0] == together.depth[b] and torch.isclose(alone.retention[0], together.retention[b])
