@@ -2,29 +2,38 @@
 edited by hand):
 
     tables/table<n>_<task>   Tables 1-3: the paper's rows (model, tau, latency_ms, acc, speed-up vs dense, Δacc,
-                             avg_depth, avg_retention) above ours for the same task, stand-ins labelled; latency from
-                             the method=eat_bench record of the same task and model, our 95% intervals
+                             avg_depth, avg_retention) above ours for the same task, stand-ins labelled, our 95%
+                             intervals, and the normalised FLOPs of each accuracy run
     tables/ablation          every contender of each latency benchmark (dense, every subset of prune/window/exit,
                              paper-code, the shallower baseline): p50/p90/p99, throughput, speed-up [CI], Δacc [CI]
     tables/scaling           cost vs sequence length per arm, log-log slope [CI]       (+ figures/scaling)
     tables/calibration       ECE of the exit head before/after temperature scaling, T  (+ figures/reliability)
     tables/paper_vs_repro    ours − paper wherever the paper has the number (offline models through the twins of
                              paper_values.yaml: relative columns and retention only)
+    tables/retention_by_layer  Fig. 2 from the records: scheduled vs observed retention per layer and arm, with
+                             the share of examples running each layer              (+ figures/retention_by_layer)
     figures/frontier         accuracy vs p50 latency (benchmarks) and vs average depth over tau (Fig. 4)
     figures/retention_vs_length (Fig. 5), figures/exit_layers (Fig. 6)
+
+Every row of Tables 1-3 is one record at one batch regime: the accuracy runs (method=eat) carry accuracy, Δacc, depth,
+retention and the analytic 'norm. FLOPs' (eat/flops.py over the per-layer counts in extra.layers), the latency
+benchmarks (method=eat_bench) their own rows with latency and speed-up at batch 1.
 
 A section without records says which command makes them."""
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from fnmatch import fnmatch
 from pathlib import Path
 
 import numpy as np
 
+from eat import flops as F
 from eat.prune import keep_count
 from experiments.evidence import selection
 from experiments.evidence.paper_values import paper_values
+from experiments.evidence.signal import run_name
 from experiments.evidence.stats import N_BOOT, example_ci
 from experiments.evidence.tables import (Estimate, Table, delta, figure_link, fmt, hardware_label, metric_cell,
                                          model_label, natural, paired_diff, pyplot, replicate_cell, run_label,
@@ -99,16 +108,30 @@ def _boot_note() -> str:
 
 # ---- Tables 1-3 ---------------------------------------------------------------------------------------------------
 
+TABLE_COLUMNS = (*COLUMNS, "norm_flops")
+ACC_COMPARED = ("accuracy", "delta_acc_pp", "avg_depth", "avg_retention")  # what an accuracy run can be held to
+TIMED_COMPARED = ("latency_ms", "speedup_vs_bert")  # what a benchmark row adds
+# a latency benchmark's contenders that Tables 1-3 show, each a row of its own: (contender, arm)
+TIMED = (("dense", "dense"), (EAT_ARM, "EAT (ours)"), ("paper_code", "paper-code mode on the EAT weights"),
+         ("baseline", "baseline (dense)"))
+BENCH_REGIME = "method=eat_bench, batch 1"
+
+
 @dataclass
 class Row:
-    """One of our rows of Tables 1-3, with the numbers paper_vs_repro compares."""
-    model: str
+    """One of our rows of Tables 1-3. Every number of a row comes from one record, an accuracy run (method=eat) or
+    a latency benchmark (method=eat_bench), at one batch regime: never an accuracy of one and a latency of the
+    other. `compare` names the columns paper_vs_repro holds against the paper."""
+    model: str  # the model whose weights the row runs
     arm: str
     tau: float | None
     record: dict
     column: str  # the paper's column this row compares with
-    chosen: bool = True  # the tau chosen on dev (False: another point of the frontier)
-    values: dict = field(default_factory=dict)  # COLUMNS -> Estimate
+    regime: str = ""  # the record kind and batch regime behind every number of the row
+    chosen: bool = True  # the tau chosen on dev (False: another point of the frontier, or a tau-sweep benchmark)
+    values: dict = field(default_factory=dict)  # TABLE_COLUMNS -> Estimate
+    compare: tuple[str, ...] = ()
+    label: str = ""  # the model as tables show it
 
 
 def _latency(bench: dict | None, name: str) -> Estimate:
@@ -123,24 +146,110 @@ def _bench_for(benches: list[dict], task: str, hw: str, model: str, tau: float |
     return cands[0] if cands else None
 
 
-def _rows_for_model(pv, accs, benches, task, hw, model, ref_dense, baseline_of) -> list[Row]:
+def _sweep(b: dict) -> bool:
+    """A benchmark of a tau sweep (experiments eat/frontier*), not the one at the tau chosen on dev."""
+    return fnmatch(str(b.get("exp_id") or ""), "eat/frontier*")
+
+
+def _acc_regime(r: dict) -> str:
+    """Where an accuracy run's numbers come from. A batch-exit arm (paper-code) computes what its whole batch allows,
+    so the batch its exits were scored at is part of the number (extra.exit_scored_at_batch; records without it
+    scored at the eval batch size); per-example arms compute the same at any batch size."""
+    if _c(r, "method.variant") == "paper_code":
+        b = (r.get("extra") or {}).get("exit_scored_at_batch") or _c(r, "hardware.eval_batch_size")
+        return f"method=eat, batch exit at batch {b}"
+    return "method=eat"
+
+
+# ---- analytic FLOPs (eat/flops.py) from the per-layer loads a method=eat record keeps ----------------------------
+
+def _layers(r: dict) -> list[dict] | None:
+    ls = (r.get("extra") or {}).get("layers")
+    return sorted(ls, key=lambda x: x["layer"]) if isinstance(ls, list) and ls else None
+
+
+def _window(r: dict) -> int | None:
+    """The attention window the FLOPs count: only the EAT arm's banded kernel skips pairs; the paper-code arm's dense
+    (T, T) mask computes every pair and the dense arm has none."""
+    dims = (r.get("extra") or {}).get("model_dims") or {}
+    return dims.get("window") if _c(r, "method.variant") == "eat" else None
+
+
+def _loads(layers: list[dict]) -> list[F.Layer]:
+    # a layer no example computes has no mean token count: it costs nothing
+    return [F.Layer(float(x["running"]), float(x["tokens_in"]) if x["running"] and x["tokens_in"] is not None
+                    else 0.0) for x in sorted(layers, key=lambda x: x["layer"])]
+
+
+def _count(layers, dims: dict | None, window: int | None, r: dict, heads_at: tuple[int, ...] = ()) -> float | None:
+    """eat/flops.py's count over per-layer loads, with the final head and a head at each of `heads_at`; None
+    without the loads or the model's sizes."""
+    if not layers or not dims or not dims.get("hidden") or not dims.get("intermediate"):
+        return None
+    loads = _loads(layers)
+    n_out = len(_c(r, "task.label_names") or []) or 2
+    heads = [(at, n_out) for at in (len(loads), *heads_at) if at and 1 <= at <= len(loads)]
+    return F.encoder_flops(loads, dims["hidden"], dims["intermediate"], window, heads)
+
+
+def _flops(r: dict) -> float | None:
+    """Encoder FLOPs per eval example of a method=eat record at its chosen tau (extra.layers, extra.model_dims);
+    None for records made before the per-layer accounting."""
+    m, heads = r["config"].get("method") or {}, ()
+    if _c(r, "method.variant") != "dense":  # the dense arm is the encoder and its final head alone
+        exit_at = m.get("exit_layer") if _tau(r) is not None else None
+        patience_at = (m.get("patience_layer") or (m.get("exit_layer") or 1) - 1) if m.get("patience") else None
+        heads = (exit_at, patience_at)
+    return _count(_layers(r), (r.get("extra") or {}).get("model_dims"), _window(r), r, heads)
+
+
+def _bench_flops(b: dict, name: str) -> float | None:
+    """FLOPs per eval example of a benchmark contender on the EAT weights (or dense) from the per-layer loads the
+    benchmark kept for it (extra.layers_by_contender); the baseline is another model, which model_dims do not
+    describe."""
+    extra = b.get("extra") or {}
+    if name == "baseline":
+        return None
+    layers = (extra.get("layers_by_contender") or {}).get(name)
+    dims = extra.get("model_dims")
+    # only the banded kernel of an eat:* subset with the window skips pairs; paper-code's mask computes them all
+    window = (dims or {}).get("window") if name.startswith("eat:") and "window" in name else None
+    exits = ("exit" in name or name == "paper_code") and _tau(b) is not None
+    return _count(layers, dims, window, b, (_c(b, "method.exit_layer"),) if exits else ())
+
+
+def _ratio(arm: float | None, dense: float | None) -> Estimate:
+    return Estimate(None if arm is None or not dense else F.normalised(arm, dense))
+
+
+def _norm_flops(arm: dict, dense: dict | None) -> Estimate:
+    """The arm's FLOPs over the dense model's, both method=eat records on the same eval data."""
+    if dense is None or arm["config"].get("data") != dense["config"].get("data") or _where(arm) != _where(dense):
+        return Estimate(None)
+    return _ratio(_flops(arm), _flops(dense))
+
+
+def _acc_rows(pv, accs, task, hw, model, ref_dense, baseline_of) -> list[Row]:
+    """The accuracy runs of one model: dense, EAT at every swept tau, paper-code; not timed (latency '—')."""
     def recs(variant):
         return [r for r in accs if _where(r) == (task, hw) and _c(r, "model.name") == model
                 and _c(r, "method.variant") == variant]
     rows = []
     dense = recs("dense")
     ref = ref_dense or dense
+    ref0 = ref[0] if ref else None
+    untimed = {"latency_ms": Estimate(None), "speedup_vs_bert": Estimate(None)}
     if dense:
         host = baseline_of.get((task, hw, model))  # this model is another model's benchmark baseline
-        bench, name = (host, "baseline") if host is not None else (_bench_for(benches, task, hw, model), "dense")
-        row = Row(model, "baseline (dense)" if host is not None else "dense", None, dense[0], "dense")
+        row = Row(model, "baseline (dense)" if host is not None else "dense", None, dense[0], "dense",
+                  _acc_regime(dense[0]), compare=ACC_COMPARED, label=model_label(dense[0], pv))
         n_layers = _c(dense[0], "model.num_layers")
-        row.values = {"latency_ms": _latency(bench, name), "accuracy": _acc(dense),
-                      "speedup_vs_bert": _speedup(bench, name),
+        row.values = {**untimed, "accuracy": _acc(dense),
                       "delta_acc_pp": _delta_acc(dense, ref) if ref is not dense else Estimate(0.0),
-                      "avg_depth": Estimate(float(n_layers) if n_layers else None), "avg_retention": Estimate(1.0)}
+                      "avg_depth": Estimate(float(n_layers) if n_layers else None), "avg_retention": Estimate(1.0),
+                      "norm_flops": _norm_flops(dense[0], ref0)}
         rows.append(row)
-    for variant, contender in (("eat", EAT_ARM), ("paper_code", "paper_code")):
+    for variant in ("eat", "paper_code"):
         arm = recs(variant)
         if not arm:
             continue
@@ -151,28 +260,61 @@ def _rows_for_model(pv, accs, benches, task, hw, model, ref_dense, baseline_of) 
             taus.append(chosen)
         for t in taus:
             is_chosen = _same_tau(t, chosen)
-            bench = _bench_for(benches, task, hw, model, t)
             row = Row(model, "EAT (ours)" if variant == "eat" else "paper-code", t, arm[0],
-                      f"eat-tau{t:.2f}" if t is not None else "eat-tau0.95", chosen=is_chosen)
+                      f"eat-tau{t:.2f}" if t is not None else "eat-tau0.95", _acc_regime(arm[0]), chosen=is_chosen,
+                      compare=ACC_COMPARED, label=model_label(arm[0], pv))
             if is_chosen:
                 acc, dacc = _acc(arm), _delta_acc(arm, ref) if ref else Estimate(None)
                 depth = seed_sd([r["metrics"]["eval/avg_depth"] for r in arm])
                 ret = seed_sd([r["metrics"]["eval/avg_retention"] for r in arm], 3)
+                flops = _norm_flops(arm[0], ref0)
             else:
                 pts = [f for r in arm for f in (r.get("extra") or {}).get("frontier") or [] if _same_tau(f["tau"], t)]
                 acc = seed_sd([100 * f["accuracy"] for f in pts])
                 dacc = Estimate(acc.value - _acc(ref).value) if ref and acc.value is not None else Estimate(None)
                 depth = seed_sd([f["avg_depth"] for f in pts])
                 ret = seed_sd([f["avg_retention"] for f in pts], 3)
-            row.values = {"latency_ms": _latency(bench, contender), "accuracy": acc,
-                          "speedup_vs_bert": _speedup(bench, contender), "delta_acc_pp": dacc,
-                          "avg_depth": depth, "avg_retention": ret}
+                flops = Estimate(None)  # the per-layer loads are kept at the chosen tau only
+            row.values = {**untimed, "accuracy": acc, "delta_acc_pp": dacc, "avg_depth": depth,
+                          "avg_retention": ret, "norm_flops": flops}
+            rows.append(row)
+    return rows
+
+
+def _timed_rows(pv, benches, task, hw, model) -> list[Row]:
+    """One row per contender of each latency benchmark of this model, every number from that benchmark: latency and
+    speed-up at batch 1, accuracy, Δacc (vs its dense arm), depth and retention as it scored them."""
+    rows = []
+    mine = sorted((b for b in benches if _where(b) == (task, hw) and _c(b, "model.name") == model),
+                  key=lambda b: (_sweep(b), _tau(b) if _tau(b) is not None else 2.0))
+    for b in mine:
+        m, tau, sweep = b["metrics"], _tau(b), _sweep(b)
+        for name, arm in TIMED:
+            if f"latency/{name}_p50_ms" not in m or (sweep and name != EAT_ARM):
+                continue
+            weights = _c(b, "method.baseline_model") if name == "baseline" else model
+            if name == "paper_code" and m.get("calib/temperature") not in (None, 1.0):
+                arm = f"{arm} (T = {m['calib/temperature']:.2f})"
+            exits = name in (EAT_ARM, "paper_code")
+            row = Row(weights, arm, tau if exits else None, b,
+                      "dense" if not exits else f"eat-tau{tau:.2f}" if tau is not None else "eat-tau0.95",
+                      BENCH_REGIME, chosen=not sweep,
+                      # the paper-code contender runs the EAT arm's weights: not the official code's EAT
+                      compare=() if name == "paper_code" else TIMED_COMPARED,
+                      label=model_label({"config": {"model": {"name": weights, "stand_in_for": None}}}, pv)
+                      if name == "baseline" else model_label(b, pv))
+            row.values = {"latency_ms": _latency(b, name), "accuracy": Estimate(m.get(f"acc/{name}")),
+                          "speedup_vs_bert": _speedup(b, name), "delta_acc_pp": metric_cell(m, f"delta_acc/{name}"),
+                          "avg_depth": Estimate(m.get(f"depth/{name}")),
+                          "avg_retention": Estimate(m.get(f"retention/{name}"), digits=3),
+                          "norm_flops": _ratio(_bench_flops(b, name), _bench_flops(b, "dense"))}
             rows.append(row)
     return rows
 
 
 def _paper_rows(pv, ptask: str) -> list[list]:
-    """The paper's rows of one task: BERT, DistilBERT (its repeated timing rows as a range), EAT per tau."""
+    """The paper's rows of one task: BERT, DistilBERT (its repeated timing rows as a range), EAT per tau; each row's
+    latency and accuracy come from one timing run (accuracy on the timed examples)."""
     cols: dict[tuple, dict] = {}
     for c in pv.select(task=ptask):
         cols.setdefault((c.model, c.column), {})[c.metric] = c.value
@@ -187,13 +329,16 @@ def _paper_rows(pv, ptask: str) -> list[list]:
         def rng(metric):
             vals = [v[metric] for v in runs if metric in v] or ([base[metric]] if metric in base else [])
             return None if not vals else vals[0] if len(vals) == 1 else f"{min(vals):.2f}–{max(vals):.2f}"
-        out.append([where, model, "dense", "—", rng("latency_ms"), base.get("accuracy"), rng("speedup_vs_bert"),
-                    base.get("delta_acc_pp"), base.get("avg_depth"), base.get("avg_retention"), "RTX 2080 Ti"])
+        out.append([where, model, "dense", "—", "timing run, batch 1", rng("latency_ms"), base.get("accuracy"),
+                    rng("speedup_vs_bert"), base.get("delta_acc_pp"), base.get("avg_depth"), base.get("avg_retention"),
+                    "—", "RTX 2080 Ti"])
     for (model, col), v in cols.items():
         if not col.startswith("eat-tau") or col.endswith("-later"):
             continue
         tau = col[len("eat-tau"):].replace("-bs32", " (bs 32)")
-        out.append([where, model, "EAT (official code)", tau, *(v.get(k) for k in COLUMNS), "RTX 2080 Ti"])
+        regime = "timing run, batch 32" if col.endswith("-bs32") else "timing run, batch 1"
+        out.append([where, model, "EAT (official code)", tau, regime, *(v.get(k) for k in COLUMNS), "—",
+                    "RTX 2080 Ti"])
     return out
 
 
@@ -203,7 +348,7 @@ def paper_tables(runs: list[dict], out: Path) -> tuple[list[str], list[Row]]:
     if not accs and not benches:
         return [f"_Tables 1-3: no method=eat records; run {RUN_ALL}._", ""], []
     lines, all_rows = [], []
-    # a model that another model's benchmark times as its baseline: its Δacc and speed-up are against that model
+    # a model that another model's benchmark times as its baseline: its Δacc and FLOPs are against that model
     baseline_of = {(*_where(b), _c(b, "method.baseline_model")): b for b in benches
                    if _c(b, "method.baseline_model") not in (None, _c(b, "model.name"))}
     for task, hw in sorted({_where(r) for r in accs + benches}, key=natural):
@@ -212,15 +357,16 @@ def paper_tables(runs: list[dict], out: Path) -> tuple[list[str], list[Row]]:
         n, task_label = TABLE_OF.get(ptask), run_label(here[0], "task")
         t = Table(f"table{n or ''}_{task}" if n else f"tables_{task}",
                   f"Table {n} ({ptask}): {task_label}" if n else f"Tables 1-3 columns: {task_label}",
-                  ["source", "model", "arm", "tau", "latency_ms (p50)", "acc (%)", "speed-up vs dense",
-                   "Δacc (pp)", "avg_depth", "avg_retention", "hardware"], runs=here)
+                  ["source", "model", "arm", "tau", "record (regime)", "latency_ms (p50)", "acc (%)",
+                   "speed-up vs dense", "Δacc (pp)", "avg_depth", "avg_retention", "norm. FLOPs", "hardware"],
+                  runs=here)
         if ptask:
             for row in _paper_rows(pv, ptask):
                 t.add(*row)
         mains = sorted({_c(r, "model.name") for r in here if _c(r, "method.variant") in ("eat", "paper_code")
                         or _c(r, "method.name") == "eat_bench"}, key=natural)
         others = sorted({_c(r, "model.name") for r in here} - set(mains), key=natural)
-        notes = []
+        notes, rows = [], []
         for model in mains + others:
             ref_model = model
             if model not in mains:
@@ -228,30 +374,47 @@ def paper_tables(runs: list[dict], out: Path) -> tuple[list[str], list[Row]]:
                 ref_model = _c(host, "model.name") if host is not None else (mains[0] if mains else model)
             ref = [r for r in accs if _where(r) == (task, hw) and _c(r, "model.name") == ref_model
                    and _c(r, "method.variant") == "dense"]
-            rows = _rows_for_model(pv, accs, benches, task, hw, model, ref, baseline_of)
-            for row in rows:
-                v = row.values
-                dense_row = row.column == "dense"
-                t.add("ours", model_label(row.record, pv), row.arm,
-                      "—" if dense_row else _tau_text(row.tau) + (" (dev)" if row.chosen else ""),
-                      *(str(v[k]) for k in COLUMNS), hw)
-            all_rows += rows
+            rows += _acc_rows(pv, accs, task, hw, model, ref, baseline_of)
             if model in mains and _bench_for(benches, task, hw, model) is None:
                 notes.append(f"No latency benchmark for {task} / {model}: run "
                              f"`{RUN_BENCH.format(task=task, model=model)}`.")
             if model in mains and not any(_c(r, "model.name") == model for r in accs if _where(r) == (task, hw)):
                 notes.append(f"No accuracy records for {task} / {model}: run "
                              f"`{RUN_ACC.format(task=task, model=model)}`.")
+        for model in mains:  # the benchmarks after the accuracy runs: two kinds of record, never one row
+            rows += _timed_rows(pv, benches, task, hw, model)
+        for row in rows:
+            v = row.values
+            t.add("ours", row.label, row.arm, "—" if row.tau is None and row.column == "dense"
+                  else _tau_text(row.tau) + (" (dev)" if row.chosen else ""), row.regime,
+                  *(str(v[k]) for k in TABLE_COLUMNS[:-1]), str(v["norm_flops"]), hw)
+        all_rows += rows
+        no_layers = sorted({run_name(r) for r in here if _c(r, "method.name") == "eat" and _flops(r) is None})
         t.notes = [*notes,
-                   "Ours: speed-up = the dense path's p50 latency / the arm's, both timed in one process at batch 1 "
-                   "(the faster of our dense loop and the Hugging Face forward is the reference); the paper's "
-                   "latency_ms is a mean over 1,000 examples on an RTX 2080 Ti, so compare speed-ups, not "
-                   "milliseconds. Δacc vs the dense model of the same row group (a baseline model: vs the model "
-                   "whose benchmark timed it). 'EAT (ours)' = physical pruning + banded window + per-example exit, "
-                   "one row per swept tau, '(dev)' the tau chosen on dev (only it has per-example intervals); "
-                   "paper-code = zero-masked pruning, dense window mask, batch exit (its latency: the EAT weights "
-                   "run in paper-code mode). The paper's EAT rows are 12-layer bert-base-uncased (its code), its "
-                   "'τ .90 (bs 32)' row a batch-32 run.", _boot_note()]
+                   "Each row is one record at one batch regime. 'method=eat' rows are accuracy runs: accuracy, "
+                   "Δacc (paired with the dense run of the row group), avg_depth, avg_retention and norm. FLOPs, "
+                   "untimed (latency —). 'method=eat_bench' rows are one latency benchmark each: p50 latency and "
+                   "speed-up at batch 1 with accuracy, Δacc (vs the benchmark's own dense arm), depth and retention "
+                   "as that benchmark scored them (the batch-exit paper-code mode at batch 1, where its result "
+                   "depends on the batch; per-example arms compute the same at any batch size). An arm's accuracy "
+                   "run and a benchmark are never merged into one row: the benchmark's 'paper-code mode on the EAT "
+                   "weights' runs the EAT arm's weights, temperature and tau in paper-code mode, not the paper-code "
+                   "arm of the row above, and is held to no paper row.",
+                   "Speed-up = the dense path's p50 latency / the arm's, both timed in one process (the faster of our "
+                   "dense loop and the Hugging Face forward is the reference); the paper's latency_ms is a mean over "
+                   "1,000 examples on an RTX 2080 Ti, so compare speed-ups, not milliseconds. 'EAT (ours)' = "
+                   "physical pruning + banded window + per-example exit, one accuracy row per swept tau, '(dev)' the "
+                   "tau chosen on dev (only it has per-example intervals); paper-code = zero-masked pruning, dense "
+                   "window mask, batch exit. The paper's EAT rows are 12-layer bert-base-uncased (its code), its "
+                   "'τ .90 (bs 32)' row a batch-32 run.",
+                   "norm. FLOPs = analytic encoder FLOPs per eval example (eat/flops.py, from the per-layer exit "
+                   "fractions and token counts a record keeps: extra.layers of an accuracy run, "
+                   "extra.layers_by_contender of a benchmark) over those of the dense model of the same record kind "
+                   "on the same data (the dense run of the row group; the benchmark's own dense arm), at the chosen "
+                   "tau only, as the paper's Fig. 3 'normalised compute'; the benchmark's baseline is another model "
+                   "and gets none" + (f"; — for records without the per-layer counts (made before them: "
+                                      f"{', '.join(no_layers)})" if no_layers else "") + ".",
+                   _boot_note()]
         lines += t.write(out)
     return lines, all_rows
 
@@ -275,27 +438,44 @@ def _paper_cell(pv, r: dict, model: str, column: str, metric: str):
 def paper_vs_repro(rows: list[Row], out: Path) -> list[str]:
     pv = paper_values("eat")
     t = Table("paper_vs_repro", "Paper vs reproduction (Tables 1-3)",
-              ["task", "model", "arm", "tau", "metric", "paper", "paper row", "ours", "ours − paper"],
-              runs=[r.record for r in rows])
+              ["task", "model", "arm", "tau", "our record (regime)", "metric", "paper", "paper row", "ours",
+               "ours − paper"], runs=[r.record for r in rows])
     for row in rows:
         if not row.chosen:
             continue
-        for metric in COLUMNS:
+        for metric in row.compare:
             paper, where = _paper_cell(pv, row.record, row.model, row.column, metric)
             ours = row.values.get(metric)
             if paper is None or ours is None or ours.value is None:
                 continue
-            t.add(run_label(row.record, "task"), model_label(row.record, pv), row.arm, _tau_text(row.tau), metric,
-                  paper, where, str(ours), delta(ours.value, paper))
+            t.add(run_label(row.record, "task"), row.label or model_label(row.record, pv), row.arm,
+                  _tau_text(row.tau), row.regime, metric, paper, where, str(ours), delta(ours.value, paper))
     t.notes = ["Offline models reach a paper row only through the twins of eat/paper_values.yaml, which admit the "
                "relative columns (speed-up, Δacc) and retention, never absolute latency or accuracy (other "
                "hardware, other data). Our EAT and paper-code rows are compared with the paper's EAT at our "
-               "dev-chosen tau (tau .95 when ours exits nowhere); a range is the paper's repeated timing rows."]
+               "dev-chosen tau (tau .95 when ours exits nowhere); a range is the paper's repeated timing rows. "
+               "Accuracy runs answer for accuracy, Δacc, depth and retention, benchmarks for latency and speed-up "
+               "(each row of Tables 1-3 is one record); the benchmark's paper-code mode runs the EAT arm's weights, "
+               "so it is held to no paper row."]
     return t.write(out) or ["_Paper vs reproduction: no row of ours has a paper number yet (needs Tables 1-3 "
                             f"records: {RUN_ALL})._", ""]
 
 
 # ---- the ablation -------------------------------------------------------------------------------------------------
+
+def _subset(name: str | None) -> str:
+    """A component subset as what it is ('eat:exit' -> 'exit only'): the subset chosen on dev can be one component
+    alone, so it is not called EAT."""
+    if not name:
+        return "none (no subset within the dev tolerance)"
+    on = [c for c in name.removeprefix("eat:").split("+") if c != "none"]
+    if not on:
+        return "no component (the EAT weights run dense)"
+    if len(on) == 1:
+        return f"{on[0]} only"
+    off = [c for c in ("prune", "window", "exit") if c not in on]
+    return " + ".join(on) + (f" (no {', '.join(off)})" if off else " (all three)")
+
 
 def ablation(runs: list[dict], out: Path) -> list[str]:
     benches = runs_of(runs, method="eat_bench", variant="latency")
@@ -314,8 +494,10 @@ def ablation(runs: list[dict], out: Path) -> list[str]:
             {k[len("latency/"):-len("_p50_ms")] for k in m if k.startswith("latency/") and k.endswith("_p50_ms")})
         for name in names:
             shown = f"baseline ({_c(b, 'method.baseline_model')})" if name == "baseline" else name
+            if name == "paper_code":
+                shown = "paper_code (paper-code mode on the EAT weights)"
             if name == "eat:best":  # the subset chosen on dev, timed again as a contender of its own
-                shown = f"eat:best (= {(b.get('extra') or {}).get('best_setting')}, chosen on dev)"
+                shown = f"eat:best = {_subset((b.get('extra') or {}).get('best_setting'))} (the subset chosen on dev)"
             t.add(run_label(b, "task"), model_label(b, pv), _tau_text(_tau(b)), shown,
                   *(m.get(f"latency/{name}_{q}_ms") for q in ("p50", "p90", "p99", "mean")),
                   fmt(m.get(f"throughput/{name}_per_s"), 1), str(_speedup(b, name)), m.get(f"acc/{name}"),
@@ -354,7 +536,7 @@ def frontier(runs: list[dict], out: Path) -> list[str]:
                          if f"latency/{name}_p50_ms" in b["metrics"])
             if not pts:
                 continue
-            shown = "EAT (ours)" if name == EAT_ARM else name
+            shown = {EAT_ARM: "EAT (ours)", "paper_code": "paper-code mode (EAT weights)"}.get(name, name)
             ax_l.plot([p[0] for p in pts], [p[1] for p in pts], marker=marker, color=color, ls="-" if
                       len(pts) > 1 else "", label=shown)
             for x, y, tau in pts:
@@ -395,6 +577,74 @@ def frontier(runs: list[dict], out: Path) -> list[str]:
             f"{figure_link(path)}: left, each benchmark's contenders (latency needs a benchmark per τ; one point "
             "per benchmark record); right, accuracy vs average executed layers at every swept τ of the method=eat "
             "records (the dense models at full depth).", ""]
+
+
+def _paper_fig2(pv) -> str:
+    """The paper's Fig. 2 series as eat/paper_values.yaml transcribes them (hard-coded in its LaTeX, not data)."""
+    series = []
+    for column, name in (("fig2-target", "target"), ("fig2-observed-example", "'observed (example)'")):
+        cells = sorted(pv.select(column=column), key=lambda c: natural(c.metric))
+        if cells:
+            series.append(f"{name} {'/'.join(fmt(c.value) for c in cells)} %")
+    if not series:
+        return ""
+    return (f"The paper's Fig. 2 draws both of its series from hard-coded values ({'; '.join(series)}: the share of "
+            "tokens layer i computes, i.e. ours after layer i - 1), not from data.")
+
+
+def retention_by_layer(runs: list[dict], out: Path) -> list[str]:
+    """Fig. 2 from the records: per layer, the retention the keep rule schedules at the mean input length and the
+    retention observed on eval, per arm at its chosen tau (with the share of examples still running the layer)."""
+    accs = runs_of(runs, method="eat")
+    recs = sorted((r for r in accs if _layers(r)),
+                  key=lambda r: natural((*_where(r), _c(r, "model.name"), _c(r, "method.variant"))))
+    without = sorted({run_name(r) for r in accs if not _layers(r)})
+    missing = (f"{len(without)} method=eat record(s) without per-layer counts (extra.layers; made before the "
+               f"per-layer accounting): {', '.join(without)}") if without else ""
+    if not recs:
+        return [f"_Fig. 2 (scheduled vs observed retention per layer): no method=eat record keeps per-layer token "
+                f"counts{'; ' + missing if missing else ''}; rerun {RUN_ALL}._", ""]
+    t = Table("retention_by_layer", "Fig. 2: scheduled vs observed token retention per layer",
+              ["task", "model", "arm", "tau", "layer", "running (%)", "tokens in", "retention scheduled",
+               "retention observed", "MFLOPs per example", "hardware"], runs=recs)
+    pv, plt = paper_values("eat"), pyplot()
+    panels = sorted({(*_where(r), _c(r, "model.name")) for r in recs}, key=natural)
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 3.6), squeeze=False)
+    colors = {"dense": "k", "eat": "tab:orange", "paper_code": "tab:red"}
+    data = []
+    for ax, (task, hw, model) in zip(axes[0], panels):
+        for r in [r for r in recs if (*_where(r), _c(r, "model.name")) == (task, hw, model)]:
+            variant, layers = _c(r, "method.variant"), _layers(r)
+            dims = (r.get("extra") or {}).get("model_dims") or {}
+            xs = [x["layer"] for x in layers]
+            color = colors.get(variant, "tab:gray")
+            for key, style, what in (("retention_scheduled", "--", "scheduled"), ("retention_observed", "o-",
+                                                                                     "observed")):
+                ys = [math.nan if x[key] is None else x[key] for x in layers]  # a layer no example reaches
+                ax.plot(xs, ys, style, color=color, ms=3, lw=1 if what == "scheduled" else 1.5,
+                        label=f"{variant}: {what}")
+            for x, load in zip(layers, _loads(layers)):
+                mflops = (1e-6 * F.FLOPS_PER_MAC * load.running
+                          * F.layer_macs(load.tokens, dims["hidden"], dims["intermediate"], _window(r))
+                          if dims.get("hidden") and dims.get("intermediate") else None)
+                t.add(run_label(r, "task"), model_label(r, pv), variant, _tau_text(_tau(r)),
+                      x["layer"], fmt(100 * x["running"], 1), fmt(x["tokens_in"], 1),
+                      fmt(x["retention_scheduled"], 3), fmt(x["retention_observed"], 3), fmt(mflops, 2), hw)
+                data.append({"task": task, "hardware": hw, "model": model, "variant": variant, "tau": _tau(r),
+                             "layer": x["layer"], "running": x["running"], "tokens_in": x["tokens_in"],
+                             "retention_scheduled": x["retention_scheduled"],
+                             "retention_observed": x["retention_observed"]})
+        ax.set_ylim(0, 1.05)
+        ax.set_xticks(sorted({x["layer"] for r in recs for x in _layers(r)
+                              if (*_where(r), _c(r, "model.name")) == (task, hw, model)}))
+        _label(ax, "layer", "retention after the layer's pruning", f"{task} / {model} ({hw})")
+    path = save_figure(fig, out, "retention_by_layer", data)
+    t.notes = [f"Figure: {figure_link(path)}. Per layer i: running = the share of eval examples that compute it "
+               "(the rest exited); tokens in = the mean token slots entering it over those examples; retention "
+               "observed = the mean kept / original tokens after layer i's pruning; retention scheduled = what the "
+               "arm's keep rule leaves at the mean input length (extra.seq_len_mean); MFLOPs = eat/flops.py's count "
+               "for the layer, weighted by running. " + _paper_fig2(pv), *([missing + "."] if missing else [])]
+    return t.write(out)
 
 
 def _kept(t: int, ratio: float, n_prunes: int, rule: str) -> int:
@@ -579,5 +829,5 @@ def build(runs: list[dict], out: Path) -> list[str]:
     def vs_repro(r, o):
         return paper_vs_repro(rows, o)
     tables.__name__, vs_repro.__name__ = "paper_tables", "paper_vs_repro"
-    return lines + sections((tables, vs_repro, ablation, frontier, scaling, calibration, retention_vs_length,
-                             exit_layers), runs, out)
+    return lines + sections((tables, vs_repro, ablation, frontier, scaling, calibration, retention_by_layer,
+                             retention_vs_length, exit_layers), runs, out)

@@ -82,3 +82,14 @@ def test_the_papers_inconsistencies_are_recorded():
     assert min(c.value for c in later if c.task == "MNLI-m" and c.metric == "accuracy") > 77
     # the bs = 32 rows are labelled as such
     assert all("batch-32" in pv.get("BERT-base", t, "eat-tau0.90-bs32", "latency_ms").note for t in TABLES)
+
+
+def test_fig2_series_are_transcribed_as_the_hard_coded_values_they_are():
+    """Fig. 2's 'target' is the schedule: 100% until layer 2 prunes 30%, 70% until layer 4 prunes 30% again."""
+    pv = paper_values("eat")
+    series = {col: [pv.get("BERT-base", None, col, f"retention_pct/layer{i}").value for i in range(1, 7)]
+              for col in ("fig2-target", "fig2-observed-example")}
+    steps = [sum(1 for p in (2, 4) if p < layer) for layer in range(1, 7)]  # pruning steps before layer i
+    assert series["fig2-target"] == [round(100 * 0.7 ** k) for k in steps] == [100, 100, 70, 70, 49, 49]
+    assert series["fig2-observed-example"] == [100, 88, 70, 60, 50, 50]
+    assert all("not data" in pv.get("BERT-base", None, col, "retention_pct/layer1").note for col in series)
