@@ -120,7 +120,10 @@ class DepthFusion(nn.Module):
         if self.mode == "mean":
             return z.mean(-2)
         if self.mode == "scalar_mix":
-            return (self.lam.softmax(0).to(z.dtype).unsqueeze(-1) * z).sum(-2)
+            # the weights stay fp32 and the sum runs in fp32 (a bf16 tensor times an fp32 one promotes): cast to bf16,
+            # softmax(λ) near 1/L moves in steps of ~0.4%, so a λ that has moved less than that would not show at all
+            w = self.lam.float().softmax(0).unsqueeze(-1)
+            return (w * z).sum(-2).to(z.dtype)
         if self.mode == "concat":
             return self.concat(z)
         return self.dwatt(z)

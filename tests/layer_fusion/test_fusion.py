@@ -257,3 +257,19 @@ def test_a_wrong_block_shape_names_the_shape(shape):
 def test_extra_layers_on_a_decoder_name_it():
     with pytest.raises(ValueError, match="LlamaModel has no encoder.layer"):
         ExtraLayers(backbone("tiny-llama"), 1)
+
+
+def test_scalar_mix_keeps_a_small_lambda_deviation_under_bf16():
+    """softmax(λ) near 1/L cast to bf16 moves in steps of ~0.4% (1/8 -> 0.125 exactly, its neighbours 0.124 and
+    0.126): a λ that has moved 0.1% from uniform must still change the mix of bf16 block outputs, as in fp32."""
+    blocks = torch.randn(4, 16, 8, 64).to(torch.bfloat16)
+    fusion = DepthFusion("scalar_mix", 8, 64)
+    uniform = fusion(blocks)
+    with torch.no_grad():
+        fusion.lam[0] = 1e-3  # block 1's weight 0.125 -> 0.125109: 0.1% off uniform
+    moved = fusion(blocks)
+    assert moved.dtype == torch.bfloat16
+    assert not torch.equal(moved, uniform), "the 0.1% move of λ was rounded away"
+    exact = (fusion.lam.detach().softmax(0)[:, None] * blocks.float()).sum(-2)
+    assert ((moved.float() - uniform.float()) * (exact - uniform.float()) >= 0).all()  # moved the fp32 way, or not
+    torch.testing.assert_close(moved.float(), exact, atol=0, rtol=2 ** -8)  # only the output's own bf16 rounding
