@@ -7,7 +7,9 @@ here, one by one, so that
     in length (`kernel="banded"`), or through a dense (T, T) mask (`"masked"`: the official code, still O(T^2));
   * an exit head after `exit_layer` ends each example whose max probability (exit logits / temperature) reaches tau
     (`exit_mode="example"`), or the whole batch only when every example is confident (`"batch"`: the official code);
-    `patience=True` also asks the layer-`patience_layer` head to agree.
+    `patience=True` also asks the layer-`patience_layer` head to agree. A layer that both prunes and holds a head
+    (layer 4) prunes first, as the official code does: the head reads the pruned tokens, and an example that exits
+    there has been through both pruning steps.
 
 Every switch lives in `Settings`, swapped at run time (`model.using(...)`), so one trained model is evaluated with any
 subset of the three components (the ablation). With pruning off, no window and no exit, the model computes exactly
@@ -225,6 +227,8 @@ class EatModel(nn.Module):
             h, mass = self._layer(p, h, pos, valid, prune_here and s.scorer == "attention")
             if i == self.num_layers:
                 break
+            if prune_here:  # before the heads of this layer read it, as the official code orders them [R]
+                h, pos, valid = self._prune(h, pos, valid, mass)
             if i == self.patience_layer:
                 z = self.patience_classifier(self.pool(h, valid))
                 layer_logits[i] = z
@@ -245,13 +249,9 @@ class EatModel(nn.Module):
                         if not live.any():
                             return EatOutput(logits, depth=depth, retention=left / n_in)
                         rows, h, pos, valid = rows[live], h[live], pos[live], valid[live]
-                        mass = mass[live] if mass is not None else None  # the pruning step below reads it
                         if s.prune_mode == "remove":  # drop the padding the exited rows needed
                             t = int(valid.sum(1).max())
                             h, pos, valid = h[:, :t], pos[:, :t], valid[:, :t]
-                            mass = mass[:, :t] if mass is not None else None
-            if prune_here:
-                h, pos, valid = self._prune(h, pos, valid, mass)
         z = self.classifier(self.pool(h, valid))
         logits = logits.to(z.dtype)
         logits[rows], left[rows] = z, valid.sum(1)

@@ -47,7 +47,10 @@ METHODS: dict[str, Method] = {
     # version 2: each arm's training is seeded by its own config (a cached arm reproduces when rerun)
     "eat": Method("eat.run:run", "eat", "eat.config:EatConfig", version=2),
     "eat_bench": Method("eat.bench:run", "eat", "eat.config:EatBenchConfig", version=2),
-    "layer_fusion": Method("layer_fusion.run:run", "layer_fusion", "layer_fusion.config:LayerFusionConfig"),
+    # version 2: scalar mix sums in fp32 (bf16 no longer rounds small λ away); MNLI-mm scored on the mnli model
+    # (eval_mismatched/*); GLUE checkpoints chosen on the paper's metric; eval/majority_f1_binary recorded
+    "layer_fusion": Method("layer_fusion.run:run", "layer_fusion", "layer_fusion.config:LayerFusionConfig",
+                           version=2),
     "layer_fusion_params": Method("layer_fusion.params:run", "layer_fusion",
                                   "layer_fusion.config:LayerFusionParamsConfig"),
     "layer_fusion_bench": Method("layer_fusion.bench:run", "layer_fusion",

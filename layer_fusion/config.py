@@ -11,6 +11,11 @@ from experiments.config import MethodConfig
 PROTOCOLS = ("fewshot", "p32")
 REGIMES = ("fe", "ft", "lora")
 FUSIONS = ("last", "mean", "scalar_mix", "concat", "dwatt", "deeper")
+# P-32 Table 2 scores each GLUE task by its own metric [P §2]: MCC for CoLA (its caption says accuracy, its numbers are
+# MCC), F1 of the positive class for MRPC and QQP, Spearman for STS-B, accuracy for the rest; MNLI matched and
+# mismatched come from one model (mnli-mm: the mnli task's eval_mismatched split)
+PAPER_METRICS = {"rte": "accuracy", "mrpc": "f1_binary", "cola": "mcc", "stsb": "spearman", "sst2": "accuracy",
+                 "qnli": "accuracy", "qqp": "f1_binary", "mnli": "accuracy", "mnli-mm": "accuracy"}
 
 
 @dataclass
@@ -34,6 +39,11 @@ class LayerFusionConfig(MethodConfig):
     prenorm_handling: str = "as_is"  # decoders [P §5.1]: as_is (HF hidden_states) | norm_each | norm_pooled
     scalar_mix_init: float = 0.0  # λ at init: 0 = uniform = Avg.Pool at step 0 [P, ours]
     lambda_lr: Optional[float] = None  # λ's own learning rate; null: the global one [P §6 future work]
+    # p32 on a GLUE task chooses its checkpoint on the metric the paper reports it by [P §2] (PAPER_METRICS): the p32
+    # experiments set task.objective from this map (conf/task/mrpc.yaml keeps accuracy for PEMA); check() refuses a
+    # GLUE task whose objective differs
+    paper_objectives: dict[str, str] = field(default_factory=lambda: {
+        t: f"eval/{m}" for t, m in PAPER_METRICS.items() if t != "mnli-mm"})
     gamma_q: float = 0.5  # DWAtt query bottleneck [D Table 4]
     gamma_v: float = 0.5  # DWAtt value bottleneck [D Table 4]
     d_pos: int = 24  # DWAtt static key width [D Table 4]

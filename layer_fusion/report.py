@@ -12,7 +12,8 @@ tables:
     tables/learning_curves   Fig. 4: dev F1 vs step at N = 8 and 128 (50 epochs), with a step-efficiency AUC and
                              the steps to 90% of the best dev F1 (ours)           (+ figures/learning_curves*)
     tables/fe_vs_ft          Fig. 5: feature extraction vs fine-tuning where both exist
-    tables/p32               P-32 Tables 2 / 6: baseline / P-32 / Avg.Pool per task and model beside the paper's rows
+    tables/p32               P-32 Tables 2 / 6: baseline / P-32 / Avg.Pool per task (in the paper's metric for it: MCC,
+                             F1, Spearman or accuracy; MNLI-mm from the mnli model) and model beside the paper's rows
                              (stand-ins labelled), Δ with CIs; tables/truncation (Tables 3 / 4) where records exist
     figures/lambda_heatmap   Fig. 2: raw λ row-normalised (min-max), rows sorted by train size, and softmax(λ)
     tables/bench             cached block outputs vs recomputing the frozen backbone (method=layer_fusion_bench)
@@ -31,6 +32,7 @@ from experiments.evidence.tables import (SEED_INTERVAL, Estimate, Table, caps, f
                                          metric_cell, model_label, natural, paired_diff, pyplot, run_label, runs_of,
                                          save_figure, sections, seed_interval)
 from experiments.evidence.tables import config_value as _c
+from layer_fusion.config import PAPER_METRICS
 
 GENERIC_TABLES = ()
 PAPER = "layer_fusion"
@@ -41,6 +43,8 @@ COLORS = {"deeper": "tab:gray", "last": "k", "mean": "tab:olive", "scalar_mix": 
           "dwatt": "tab:blue"}
 REGIMES = {"fe": "FE (frozen backbone)", "ft": "FT (full fine-tuning)", "lora": "LoRA"}
 P32_ARMS = (("last", "baseline"), ("scalar_mix", "p32"), ("mean", "avgpool"))  # our fusion, the paper's column
+P32_TASKS = tuple(PAPER_METRICS)  # Table 2's rows, in its order; its "Avg." is their unweighted mean [P §2]
+LAMBDA_UNIFORM = 0.999  # softmax(λ) entropy / log L at or above this: λ never left uniform, so P-32 is Avg.Pool
 CURVE_SHOTS = (8, 128)
 CURVE_EPOCHS = 50  # Fig. 4
 RUN_ALL = "`make layer_fusion-cpu` (the CPU tier; `make layer_fusion` at paper scale)"
@@ -55,8 +59,41 @@ def _fewshot(runs: list[dict]) -> list[dict]:
 
 
 def _p32(runs: list[dict], truncated: bool = False) -> list[dict]:
-    return [r for r in runs_of(runs, {"method.protocol": "p32", "method.truncate": {"not": None} if truncated else None,
-                                      "method.lambda_lr": None}, method=PAPER) if "eval/accuracy" in r["metrics"]]
+    """P-32 records that hold their task's paper metric, plus one MNLI-mm record (mnli-mismatched) per mnli record
+    scored on the mismatched split too."""
+    recs = [r for r in runs_of(runs, {"method.protocol": "p32", "method.truncate": {"not": None} if truncated else None,
+                                      "method.lambda_lr": None}, method=PAPER) if _key(r) in r["metrics"]]
+    return recs + [_mismatched(r) for r in recs if "eval_mismatched/accuracy" in r["metrics"]]
+
+
+def paper_task(r: dict) -> str | None:
+    """The P-32 Table 2 row a record speaks for: its task, or the task it stands in for (mnli-mismatched: mnli-mm)."""
+    for name in (_c(r, "task.name"), _c(r, "task.stand_in_for")):
+        name = "mnli-mm" if name == "mnli-mismatched" else name
+        if name in PAPER_METRICS:
+            return name
+    return None
+
+
+def _metric(r: dict) -> str:
+    """The metric P-32 scores the record's task by [P §2] (its stand-in's, offline); accuracy off the paper's tasks."""
+    return PAPER_METRICS.get(paper_task(r), "accuracy")
+
+
+def _key(r: dict) -> str:
+    return f"eval/{_metric(r)}"
+
+
+def _mismatched(r: dict) -> dict:
+    """An mnli record read as the paper's MNLI-mm row: the same model scored on validation_mismatched. Its
+    per-example scores are the matched ones', so it keeps none (no paired bootstrap over the wrong examples)."""
+    m = dict(r["metrics"], **{"eval/accuracy": r["metrics"]["eval_mismatched/accuracy"]})
+    m.pop("eval/majority_accuracy", None)
+    if "eval_mismatched/majority_accuracy" in m:
+        m["eval/majority_accuracy"] = m["eval_mismatched/majority_accuracy"]
+    task = dict(r["config"]["task"], name="mnli-mismatched")
+    return {**r, "metrics": m, "per_example": {}, "config": {**r["config"], "task": task},
+            "run_id": f"{r.get('run_id')}--mismatched"}
 
 
 def _group(r: dict) -> tuple:
@@ -381,7 +418,8 @@ def fe_vs_ft(runs: list[dict], out: Path) -> list[str]:
 # ---- P-32 Tables 2 / 6 --------------------------------------------------------------------------------------------
 
 def _acc(rs: list[dict]) -> list[float]:
-    return [100 * r["metrics"]["eval/accuracy"] for r in rs]
+    """Each record's paper metric (accuracy, MCC, F1 or Spearman), x 100."""
+    return [100 * r["metrics"][_key(r)] for r in rs]
 
 
 def _diff(a: list[dict], b: list[dict]) -> Estimate:
@@ -391,10 +429,10 @@ def _diff(a: list[dict], b: list[dict]) -> Estimate:
     pairs = [(r, by_seed[_c(r, "seed")]) for r in a if _c(r, "seed") in by_seed]
     if not pairs:
         return Estimate(None)
+    key = _key(pairs[0][0])
     if len(pairs) == 1:
-        return paired_diff(*pairs[0], n=1, sign=True)
-    return seed_interval([100 * (x["metrics"]["eval/accuracy"] - y["metrics"]["eval/accuracy"]) for x, y in pairs],
-                         sign=True)
+        return paired_diff(*pairs[0], key=key, n=1, sign=True)
+    return seed_interval([100 * (x["metrics"][key] - y["metrics"][key]) for x, y in pairs], sign=True)
 
 
 def p32(runs: list[dict], out: Path) -> list[str]:
@@ -406,60 +444,96 @@ def p32(runs: list[dict], out: Path) -> list[str]:
     for r in recs:
         g = (_c(r, "model.name"), _c(r, "method.regime"), _c(r, "method.prenorm_handling"), hardware_label(r))
         groups.setdefault(g, {}).setdefault(_c(r, "task.name"), {}).setdefault(_c(r, "method.fusion"), []).append(r)
-    t = Table("p32", "P-32 (Tables 2 / 6): eval accuracy of the last-layer baseline, P-32 and Avg.Pool beside the "
-              "paper's rows", ["model", "regime", "task", "majority", "baseline", "P-32", "Avg.Pool",
-                               "P-32 − baseline", "Avg.Pool − baseline", "P-32 − Avg.Pool", "paper row",
-                               "paper baseline / P-32 / Avg.Pool", "paper Δ", "λ entropy / log L"], runs=recs)
-    notes = set()
+    t = Table("p32", "P-32 (Tables 2 / 6): each task's paper metric (MCC for CoLA, F1 for MRPC and QQP, Spearman for "
+              "STS-B, accuracy for the rest) for the last-layer baseline, P-32 and Avg.Pool beside the paper's rows",
+              ["model", "regime", "task", "metric", "majority", "baseline", "P-32", "Avg.Pool", "P-32 − baseline",
+               "Avg.Pool − baseline", "P-32 − Avg.Pool", "paper row", "paper baseline / P-32 / Avg.Pool", "paper Δ",
+               "λ entropy / log L"], runs=recs)
+    notes, still = set(), []
     for g, tasks in sorted(groups.items(), key=lambda kv: natural(kv[0])):
-        means = {arm: [] for arm, _ in P32_ARMS}
+        means = {arm: {} for arm, _ in P32_ARMS}  # arm -> paper task -> our mean
+        paper_rows = {}  # paper task -> {column: the paper's value}
         causal = _c(next(iter(next(iter(tasks.values())).values()))[0], "model.kind") == "causal"
         regime = _regime_label(g[1]) + (f", {g[2]}" if causal else "")
         for task, arms in sorted(tasks.items(), key=lambda kv: natural(kv[0])):
             r0 = next(iter(arms.values()))[0]
-            cols = {col: pv.find_for(r0, col, "accuracy") for _, col in P32_ARMS}
+            metric, ptask = _metric(r0), paper_task(r0)
+            cols = {col: pv.find_for(r0, col, metric) for _, col in P32_ARMS}
             paper_row = next((m.row for m in cols.values() if m), "—")
             notes.update(v for m in cols.values() if m for v in m.via)
             paper_vals = " / ".join(fmt(m.value) if m else "—" for m in cols.values())
             pd = cols["p32"].value - cols["baseline"].value if cols["p32"] and cols["baseline"] else None
-            for arm, _ in P32_ARMS:
+            for arm, col in P32_ARMS:
                 if arms.get(arm):
-                    means[arm].append(float(np.mean(_acc(arms[arm]))))
-            maj = r0["metrics"].get("eval/majority_accuracy")
+                    means[arm][ptask or task] = float(np.mean(_acc(arms[arm])))
+                if cols[col]:
+                    paper_rows.setdefault(ptask or task, {})[col] = cols[col].value
+            maj = r0["metrics"].get(f"eval/majority_{metric}")
             ent = [r["metrics"]["lambda/entropy_ratio"] for r in arms.get("scalar_mix", [])
                    if "lambda/entropy_ratio" in r["metrics"]]
-            t.add(_model_label(r0), regime,
-                  run_label(r0, "task"), fmt(None if maj is None else 100 * maj),
+            if ent and min(ent) >= LAMBDA_UNIFORM:
+                still.append(f"{g[0]} / {task}")
+            t.add(_model_label(r0), regime, run_label(r0, "task"), metric, fmt(None if maj is None else 100 * maj),
                   *(seed_interval(_acc(arms[a])) if arms.get(a) else "—" for a, _ in P32_ARMS),
                   *(_diff(arms[a], arms[b]) if arms.get(a) and arms.get(b) else "—"
                     for a, b in (("scalar_mix", "last"), ("mean", "last"), ("scalar_mix", "mean"))),
                   paper_row, paper_vals, fmt(pd, sign=True), seed_interval(ent, 3))
         if len(tasks) > 1:
-            avg = {a: (float(np.mean(v)) if len(v) == len(tasks) else None) for a, v in means.items()}
-            r0 = next(iter(next(iter(tasks.values())).values()))[0]
-            twin = pv.twins["models"].get(g[0])
-            paper_model = twin.paper if twin else pv.models.get(g[0])
-            pav = {col: pv.get(paper_model, "avg", col, "score") for _, col in P32_ARMS} if paper_model else {}
-            t.add(_model_label(r0), regime, f"Avg. over our {len(tasks)} tasks", "—",
-                  *(fmt(avg[a]) for a, _ in P32_ARMS),
-                  *(fmt(avg[a] - avg[b], sign=True) if avg[a] is not None and avg[b] is not None else "—"
-                    for a, b in (("scalar_mix", "last"), ("mean", "last"), ("scalar_mix", "mean"))),
-                  f"{paper_model}, Avg. of 9 GLUE tasks" if paper_model else "—",
-                  " / ".join(fmt(c.value) if c else "—" for c in pav.values()) if pav else "—",
-                  fmt(pav["p32"].value - pav["baseline"].value, sign=True) if pav.get("p32") and pav.get("baseline")
-                  else "—", "")
-    t.notes = ["Accuracy in percent on the task's eval split at the dev-chosen checkpoint, mean [95% CI over seeds] "
-               "(n); Δ paired by seed, or for one seed a paired bootstrap over the eval examples. `majority` = always "
-               "answering the majority class: an arm within 2 points of it is not doing the task and its claims are "
-               "not testable. Regime fe is our **frozen-backbone probe** (the cached block outputs, only λ and the "
-               "head train): the cheap CPU version of the comparison, **not the paper's fine-tuning** (QLoRA for "
-               "decoders, full for BERT). The paper scores every row once (one seed, NaN runs re-seeded). The paper's "
-               "columns are its own models and GLUE tasks, reached through stand-ins (labelled; offline models are "
-               "compared on the Δ columns only): " + "; ".join(sorted(notes)) + ".",
+            t.add(*_avg_row(g, tasks, means, paper_rows, regime, pv))
+    t.notes = ["Each task in its paper metric x 100 on the task's eval split at the dev-chosen checkpoint (the "
+               "checkpoint is chosen on the same metric at paper scale), mean [95% CI over seeds] (n); Δ paired by "
+               "seed, or for one seed a paired bootstrap over the eval examples. mnli-mm is the mnli model scored "
+               "on validation_mismatched (one model, both columns, as the paper). `majority` = always answering "
+               "the majority class: an arm within 2 points of it is not doing the task and its claims are not "
+               "testable. Avg. averages the paper's Table 2 tasks we have, each in its own metric, and the paper "
+               "column averages the paper's rows for the SAME tasks (its printed Avg. only when all 9 are there): "
+               "a mean over fewer tasks is never set beside the 9-task one. Regime fe is our **frozen-backbone "
+               "probe** (the cached block outputs, only λ and the head train): the cheap CPU version of the "
+               "comparison, **not the paper's fine-tuning** (QLoRA for decoders, full for BERT). The paper scores "
+               "every row once (one seed, NaN runs re-seeded). The paper's columns are its own models and GLUE "
+               "tasks, reached through stand-ins (labelled; offline models are compared on the Δ columns only): "
+               + "; ".join(sorted(notes)) + ".",
                "Decoders: the hidden states of pre-LN blocks 1..L−1 are raw residual-stream states while HF's last "
                "one is final-normed; the regime column names how the run handled it (as_is | norm_each | "
                "norm_pooled, P-32 spec §5.1).", *caps(recs)]
+    if still:
+        t.notes.append(f"λ did not learn (softmax(λ) entropy ≥ {LAMBDA_UNIFORM} of uniform in every seed) for "
+                       + ", ".join(still) + ": there P-32 is Avg.Pool, so P-32 vs Avg.Pool and the λ-vs-train-size "
+                       "correlation (claims p32-beats-avgpool*, larger-data-less-early-weight*) are not testable on "
+                       "these records, whatever their rows in CLAIMS.md say.")
     return t.write(out)
+
+
+def _avg_row(g: tuple, tasks: dict, means: dict, paper_rows: dict, regime: str, pv) -> list:
+    """The Avg. row of one (model, regime) group: our mean of each arm over the paper's Table 2 tasks we have (each
+    in its paper metric), beside the paper's mean over the same tasks; which of its 9 tasks are missing."""
+    r0 = next(iter(next(iter(tasks.values())).values()))[0]
+    have = [t for t in P32_TASKS if all(t in means[a] for a, _ in P32_ARMS if means[a])]
+    off_paper = sorted(set(means["last"]) - set(P32_TASKS))
+    missing = [t for t in P32_TASKS if t not in have]
+    avg = {a: (float(np.mean([means[a][t] for t in have])) if have and all(t in means[a] for t in have) else None)
+           for a, _ in P32_ARMS}
+    twin = pv.twins["models"].get(g[0])
+    paper_model = twin.paper if twin else pv.models.get(g[0])
+    if not missing:
+        pav = {col: pv.get(paper_model, "avg", col, "score") for _, col in P32_ARMS} if paper_model else {}
+        pav = {col: c.value if c else None for col, c in pav.items()}
+        label, where = "Avg. of the paper's 9 tasks", f"{paper_model}, Avg. (printed)" if paper_model else "—"
+    else:
+        pav = {col: (float(np.mean([paper_rows[t][col] for t in have]))
+                     if have and all(col in paper_rows.get(t, {}) for t in have) else None) for _, col in P32_ARMS}
+        label = f"Avg. over {len(have)} of the paper's 9 tasks (missing: {', '.join(missing)})" if have else \
+            f"no Avg.: none of the paper's 9 tasks (ours: {', '.join(off_paper)})"
+        where = f"{paper_model}, mean of its rows for the same {len(have)} tasks" if paper_model and have else "—"
+    if off_paper and have:
+        label += f"; not in it: {', '.join(off_paper)}"
+    return [_model_label(r0), regime, label, "paper metrics", "—",
+            *(fmt(avg[a]) for a, _ in P32_ARMS),
+            *(fmt(avg[a] - avg[b], sign=True) if avg[a] is not None and avg[b] is not None else "—"
+              for a, b in (("scalar_mix", "last"), ("mean", "last"), ("scalar_mix", "mean"))),
+            where, " / ".join(fmt(v) for v in pav.values()) if pav else "—",
+            fmt(pav["p32"] - pav["baseline"], sign=True) if pav.get("p32") is not None and
+            pav.get("baseline") is not None else "—", ""]
 
 
 def _regime_label(regime: str) -> str:
@@ -474,14 +548,14 @@ def truncation(runs: list[dict], out: Path) -> list[str]:
             if _c(r, "method.fusion") == "last"}
     pv = paper_values(PAPER)
     t = Table("truncation", "P-32 §5.1 (Tables 3 / 4): the baseline on its first n blocks",
-              ["model", "regime", "task", "n blocks", "accuracy", "paper (same n)"], runs=recs)
+              ["model", "regime", "task", "n blocks", "score (paper metric)", "paper (same n)"], runs=recs)
     by: dict[tuple, list[dict]] = {}
     for r in recs:
         if _c(r, "method.fusion") == "last":
             by.setdefault((_c(r, "model.name"), _c(r, "task.name"), _c(r, "method.regime"), hardware_label(r),
                            _c(r, "method.truncate")), []).append(r)
     for k, rs in sorted(by.items(), key=lambda kv: natural(kv[0])):
-        m = pv.find_for(rs[0], f"first{k[4]}", "accuracy")
+        m = pv.find_for(rs[0], f"first{k[4]}", _metric(rs[0]))
         t.add(_model_label(rs[0]), _regime_label(k[2]), run_label(rs[0], "task"), k[4], seed_interval(_acc(rs)),
               "—" if m is None else f"{fmt(m.value)} ({m.row})")
         f = full.get(k[:4])

@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from experiments import data as D
+from experiments import metrics as M
 from experiments.cached import Cached
 from experiments.context import RunContext
 from experiments.evaluate import evaluate
@@ -60,6 +61,13 @@ def check(cfg: DictConfig) -> None:
                          "end and reports the best dev score seen; set train.patience=0")
     if m.lambda_lr is not None and m.fusion != "scalar_mix":
         raise ValueError(f"method.lambda_lr={m.lambda_lr} applies to fusion=scalar_mix only (fusion={m.fusion})")
+    # P-32 on a GLUE task: the checkpoint is chosen on the metric the paper reports the task by (MRPC: F1, not the
+    # accuracy its task config keeps for PEMA)
+    paper = m.paper_objectives.get(task.name) if m.protocol == "p32" else None
+    if paper is not None and task.objective != paper:
+        raise ValueError(f"task.objective={task.objective}: P-32 reports task={task.name} by {paper}, so its "
+                         f"checkpoint is chosen on it: set task.objective={paper} (the p32 experiments set it from "
+                         "method.paper_objectives)")
     # both protocols choose on dev (fewshot: the paper's best dev F1) and score eval once: without a dev split the
     # run would choose on the split it reports, so a config without one is refused here, before any work
     if "dev" not in task.splits and not task.get("dev_from_train"):
@@ -179,19 +187,26 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
     if "dev" not in raw:
         raise ValueError(f"task={task.name} has no dev split: set task.dev_from_train (layer fusion chooses and "
                          "reports on dev; eval is scored once at the chosen weights)")
+    # further eval splits (MNLI's eval_mismatched): scored once, like eval, at the same dev-chosen weights, so one
+    # trained model gives both of the paper's MNLI columns; capped as eval is
+    evals = ["eval", *sorted(s for s in raw if s.startswith("eval_"))]
+    for s in evals[1:]:
+        if cfg.data.limit_eval is not None and cfg.data.limit_eval < len(raw[s]):
+            raw[s] = raw[s].shuffle(seed=cfg.data.subset_seed).select(range(cfg.data.limit_eval))
     n_len = D.max_length(task, cfg.data)
     if m.protocol == "fewshot":
         C = m.classes or entity_types(task.label_names)
         sample = few_shot_sample(len(raw["train"]), m.shots, C, cfg.seed)
         raw["train"] = raw["train"].select(sample)
         ctx.extra["sample"] = sample
-    feats = {s: D.encode(raw[s], tok, task, n_len, train=(s == "train")) for s in ("train", "dev", "eval")}
+    feats = {s: D.encode(raw[s], tok, task, n_len, train=(s == "train")) for s in ("train", "dev", *evals)}
     n_labels = len(task.label_names)
     pooled = m.regime == "fe" and m.protocol == "p32"
     model = build(cfg, backbone, n_labels, pooled)
     apply_regime(cfg, model)
     ctx.n_samples.update(train_examples=len(raw["train"]), dev_examples=len(raw["dev"]),
-                         eval_examples=len(raw["eval"]), max_length=n_len)
+                         eval_examples=len(raw["eval"]), max_length=n_len,
+                         **{f"{s}_examples": len(raw[s]) for s in evals[1:]})
 
     t0 = time.perf_counter()
     if m.regime == "fe":
@@ -200,7 +215,7 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
     else:
         batches, n_batches = D.train_batches(feats["train"], cfg.hardware.batch_size, tok.pad_token_id, cfg.seed,
                                              cfg.train.group_by_length)
-        inputs, score_feats = {s: None for s in ("dev", "eval")}, feats
+        inputs, score_feats = {s: None for s in feats}, feats
     features_s = time.perf_counter() - t0
 
     def scorer(split):
@@ -215,14 +230,28 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
         ctx.log_metrics(metrics, step)
 
     objective = task.objective.replace("eval/", "dev/", 1)
+
+    def scored_evals(mdl):  # eval and the further eval splits, at the same weights; per-example scores: eval's
+        out = scorer("eval")(mdl)
+        for s in evals[1:]:
+            out.update(scorer(s)(mdl))
+        return out
+
     result = fit(model, batches, n_batches, train_config(cfg, n_batches), evaluate=scorer("dev"),
                  objective=objective, higher_is_better=True, device=ctx.device, precision=cfg.hardware.precision,
-                 on_eval=on_eval, test=scorer("eval"), log_metrics=ctx.sink)
+                 on_eval=on_eval, test=scored_evals, log_metrics=ctx.sink)
     if getattr(result.test, "per_example", None):
         ctx.per_example["eval"] = result.test.per_example
+    # the claims hold an arm against a constant predictor on the metric they read; evaluate() stores that baseline
+    # for accuracy and macro F1, not for the positive class's F1 (MRPC's and QQP's paper metric): store it here
+    labels = np.asarray((getattr(result.test, "per_example", None) or {}).get("label", []))
+    out_extra = {}
+    if "f1_binary" in task.metrics and labels.size and np.issubdtype(labels.dtype, np.integer):
+        const = np.full_like(labels, np.bincount(labels).argmax())
+        out_extra["eval/majority_f1_binary"] = M.f1_binary(const, labels)
     ctx.extra["curve"] = [{"step": h["step"], objective: h[objective]} for h in result.history]
     ctx.extra["total_steps"] = result.steps
-    out = {**result.best, **result.test, **new_parameters(model),
+    out = {**result.best, **result.test, **out_extra, **new_parameters(model),
            f"{objective}_final": result.history[-1][objective],
            "train/steps": result.steps, "train/best_step": result.best_step, "train/epochs": result.epochs,
            "time/train_s": result.train_s, "time/step_ms": result.step_ms, "time/features_s": features_s}
@@ -250,14 +279,14 @@ def fe_inputs(cfg, ctx, backbone, feats, tok_key, pooled):
     store = ctx.store()
     select = "last" if pooled and cfg.model.pooling == "last" else "all"
     cached, score_feats = {}, {}
-    for split in ("train", "dev", "eval"):
+    for split in feats:
         key = (split, select, pooled, m.fusion == "deeper", blocks_of(cfg), tok_key,
                OmegaConf.to_yaml(OmegaConf.masked_copy(cfg, ["model", "task", "data"])),
                tuple(ctx.extra.get("sample", ())) if split == "train" else ())
         cached[split], score_feats[split] = _memo(key, lambda: split_inputs(cfg, ctx, store, backbone, feats[split],
                                                                             tok_key, select, pooled))
     batches, n_batches = cached["train"].batches(cfg.hardware.batch_size, cfg.seed)
-    return batches, n_batches, {s: cached[s].inputs for s in ("dev", "eval")}, score_feats
+    return batches, n_batches, {s: cached[s].inputs for s in feats if s != "train"}, score_feats
 
 
 # a sweep in one process loads its frozen backbone and reads each split's cached blocks once

@@ -230,3 +230,42 @@ def test_attention_scorer_with_partial_exits_equals_each_example_alone(mode, ker
         alone = run(m, s, ids[b:b + 1, :n], mask[b:b + 1, :n])
         assert (alone.logits[0] - together.logits[b]).abs().max() <= 1e-9
         assert alone.depth[0] == together.depth[b] and torch.isclose(alone.retention[0], together.retention[b])
+
+
+def _official_exit(m, ids, n):
+    """The official order by hand for one example of n tokens: layers 1-4 on the valid tokens, after layers 2 and 4
+    zero-mask all but [CLS] and the top 1 + ceil(0.7 (t - 1)) others by L2 norm (integer arithmetic), then the exit
+    head on the mean of the tokens left. -> (exit logits, tokens left)."""
+    valid = torch.ones(1, n, dtype=torch.bool)
+    pos = torch.arange(n)[None]
+    with torch.no_grad(), m.using(Settings(prune_ratio=0.0, window=None)):
+        h = m._embed(ids[None, :n], None)
+        for i in range(1, 5):
+            h, _ = m._layer(m._parts[i - 1], h, pos, valid, False)
+            if i in (2, 4):
+                t = int(valid.sum())
+                k = 1 + (7 * (t - 1) + 9) // 10
+                score = h.norm(dim=-1).masked_fill(~valid, float("-inf"))
+                score[0, 0] = float("inf")
+                valid = torch.zeros_like(valid).scatter_(1, score.topk(k, dim=1).indices, True)
+                h = h * valid[..., None]
+        z = m.exit_classifier((h * valid[..., None]).sum(1) / valid.sum())[0]
+    return z, int(valid.sum())
+
+
+@pytest.mark.parametrize("mode,kernel", [("remove", "banded"), ("mask", "masked")])
+def test_the_exit_head_reads_the_tokens_left_after_the_exit_layers_pruning(mode, kernel):
+    m = EatModel(bert(), 3, exit_layer=4, pooling="mean").eval().double()
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # at init every LayerNorm output has norm sqrt(d): spread the L2 scores, or ties decide
+        for part in m._parts:
+            part.ln_out.weight.uniform_(0.5, 1.5, generator=g)
+    ids, mask = batch()
+    out = run(m, Settings(window=None, tau=0.01, prune_mode=mode, kernel=kernel), ids, mask)  # everyone exits at 4
+    assert out.depth.tolist() == [4, 4, 4]
+    for b in range(3):
+        n = int(mask[b].sum())
+        want, left = _official_exit(m, ids[b], n)
+        assert (out.logits[b] - want).abs().max() <= 1e-9
+        assert out.retention[b].item() == pytest.approx(left / n)  # both pruning steps
+    assert out.retention[0].item() == pytest.approx(36 / 70)  # 70 -> 50 -> 36 tokens

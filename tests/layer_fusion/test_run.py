@@ -15,6 +15,7 @@ from layer_fusion import params as LP
 from layer_fusion import run as R
 from layer_fusion.fusion import DepthFusion
 from tests.conftest import compose
+from tests.test_identity import compose_experiment
 
 
 def record(smoke_cfg, tmp_path, *overrides):
@@ -137,3 +138,29 @@ def test_a_packaged_decoder_loads_with_its_tied_input_embedding():
     _, dec = load_encoder(model)
     _, lm = load_causal_lm(model)
     assert torch.equal(dec.embed_tokens.weight, lm.lm_head.weight)
+
+
+# ---- P-32's GLUE grids: the paper's metric per task, MNLI matched and mismatched from one model --------------------
+
+def test_p32_glue_chooses_each_task_on_its_paper_metric():
+    for task, want in (("mrpc", "eval/f1_binary"), ("cola", "eval/mcc"), ("qqp", "eval/f1_binary"),
+                       ("rte", "eval/accuracy"), ("mnli", "eval/accuracy")):
+        cfg, params = compose_experiment("layer_fusion/p32_glue", f"task={task}")
+        assert cfg.task.objective == want, task
+        R.check(cfg)
+    assert "mnli-mismatched" not in params["task"]  # MNLI-mm is the mnli model's second eval split
+    cfg = compose("method=layer_fusion", "method.protocol=p32", "task=mrpc", "model=tiny-llama",
+                  "task.dev_from_train=0.1")
+    assert cfg.task.objective == "eval/accuracy"  # conf/task/mrpc.yaml, PEMA's choice, is left alone
+    with pytest.raises(ValueError, match=r"task.objective=eval/accuracy: P-32 reports task=mrpc by eval/f1_binary"):
+        R.check(cfg)
+
+
+@pytest.mark.parametrize("regime", ["fe", "ft"])
+def test_mnli_matched_and_mismatched_are_scored_on_one_model(regime, hub, smoke_cfg, tmp_path):
+    rec = record(smoke_cfg, tmp_path, "task=mnli", "data.source=hub", "model=tiny-llama", "method.protocol=p32",
+                 f"method.regime={regime}", "method.fusion=scalar_mix", "task.dev_from_train=0.5")
+    m = rec["metrics"]
+    assert {"eval/accuracy", "eval_mismatched/accuracy", "eval_mismatched/majority_accuracy"} <= set(m)
+    assert rec["n_samples"]["eval_mismatched_examples"] == 4 and rec["n_samples"]["eval_examples"] == 4
+    assert len(rec["per_example"]["eval"]["pred"]) == 4  # the matched split's, which the claims bootstrap over
