@@ -2,10 +2,11 @@
 
 Plain torch over word features (B, W, d), a batch of documents (coref-hoi trains on one document a step: B = 1).
 candidates → span representation g = [h_start; h_end; φ(width); head-attention mean] → mention score (FFNN + width
-prior) → pruning to k = min(max_spans, ratio·words) non-crossing spans → coarse antecedent score s_m(i) + s_m(j) +
-g_iᵀW_c g_j + distance prior, top c → fine score FFNN([g_i; g_j; g_i∘g_j; features]) → marginal log-likelihood of
-the gold antecedents, a dummy antecedent scored 0 → greedy clustering. Gold-mention mode: the candidates are the gold
-mentions and none is pruned (antecedents are still scored and decoded the same way).
+prior) → pruning to k = min(max_spans, ratio·units) non-crossing spans (units: the document's words, or its
+sub-tokens where the sources share a tokenizer) → coarse antecedent score s_m(i) + s_m(j) + g_iᵀW_c g_j + a prior on
+the rank offset i − j among the kept spans, top c → fine score FFNN([g_i; g_j; g_i∘g_j; features]) → marginal
+log-likelihood of the gold antecedents, a dummy antecedent scored 0 → greedy clustering. Gold-mention mode: the
+candidates are the gold mentions and none is pruned (antecedents are still scored and decoded the same way).
 """
 from __future__ import annotations
 
@@ -140,25 +141,26 @@ class CorefHead(nn.Module):
         return self.mention(g).squeeze(-1) + self.width_score(self.width_prior(width)).squeeze(-1)
 
     # -- the model ----------------------------------------------------------------------------------------------------
-    def forward(self, h: torch.Tensor, spans: torch.Tensor, span_mask: torch.Tensor, words: torch.Tensor,
+    def forward(self, h: torch.Tensor, spans: torch.Tensor, span_mask: torch.Tensor, units: torch.Tensor,
                 cluster_ids: torch.Tensor | None = None, speakers: torch.Tensor | None = None,
                 genre: torch.Tensor | None = None, segments: torch.Tensor | None = None,
-                positions: torch.Tensor | None = None, gold_mentions: bool = False) -> CorefOutput:
+                gold_mentions: bool = False) -> CorefOutput:
         """h (B, W, d) word features; spans (B, S, 2) candidates (gold mode: the gold mentions) with span_mask;
-        words (B,) real words per document; cluster_ids (B, S): a gold cluster id > 0 per candidate (0: none) for
-        the loss; speakers, segments (B, W) and genre (B,) feed the fine features (zeros when not given); positions
-        (B, W): each word's index in its document, for distances when h holds a subset of the words (the gold
-        mentions' words: every other word is read by nothing here)."""
+        units (B,) per document the count pruning keeps top_span_ratio of (its words, or its sub-tokens: coref-hoi's
+        num_words, reverse_probing/documents.py); cluster_ids (B, S): a gold cluster id > 0 per candidate (0: none)
+        for the loss; speakers, segments (B, W) and genre (B,) feed the fine features (zeros when not given). Only
+        the order of the words matters, never their distance in the document (distances are rank offsets among the
+        kept spans), so h may hold a subset of a document's words (the gold mentions')."""
         B, W = h.shape[:2]
         zeros_w = torch.zeros(B, W, dtype=torch.long, device=h.device)
         speakers = zeros_w if speakers is None else speakers
         segments = zeros_w if segments is None else segments
         genre = torch.zeros(B, dtype=torch.long, device=h.device) if genre is None else genre
-        positions = torch.arange(W, device=h.device).expand(B, -1) if positions is None else positions
-        h = self.drop(h)
+        # no dropout on the input features: coref-hoi drops the width embedding, the coarse bilinear's inputs, the
+        # pair features and inside the FFNNs, never mention_doc (model.py:121-125)
         g = self.span_embeddings(h, spans)
         s_m = self.mention_scores(g, spans).masked_fill(~span_mask, float("-inf"))
-        keep = self._keep(s_m, spans, span_mask, words, gold_mentions)  # (B, K), -1 pads
+        keep = self._keep(s_m, spans, span_mask, units, gold_mentions)  # (B, K), -1 pads
         kmask = keep >= 0
         idx = keep.clamp_min(0)
         pick = lambda x: torch.gather(x, 1, idx.view(B, -1, *([1] * (x.dim() - 2))).expand(-1, -1, *x.shape[2:]))  # noqa: E731
@@ -168,9 +170,10 @@ class CorefHead(nn.Module):
         # coarse: every earlier kept span, the top c by s_m(i) + s_m(j) + bilinear + distance prior
         order = torch.arange(K, device=h.device)
         earlier = (order.view(1, -1) < order.view(-1, 1)) & kmask.unsqueeze(1) & kmask.unsqueeze(2)
-        at = torch.gather(positions, 1, top_spans[..., 0])
-        dist = at.unsqueeze(2) - at.unsqueeze(1)  # start_i - start_j in the document
-        prior = self.distance_score(self.drop(self.distance_prior(bucket_distance(dist, self.buckets)))).squeeze(-1)
+        # the prior buckets j's rank offset among the kept spans, i - j, not a distance in the document
+        # [coref-hoi model.py:187-188, 198 antecedent_offsets = top_span_range_i - top_span_range_j]
+        offsets = order.view(-1, 1) - order.view(1, -1)  # (K, K)
+        prior = self.distance_score(self.drop(self.distance_prior(bucket_distance(offsets, self.buckets)))).squeeze(-1)
         coarse = s_top.unsqueeze(2) + s_top.unsqueeze(1) + self.drop(self.coarse(g)) @ self.drop(g).transpose(1, 2) \
             + prior
         coarse = coarse.masked_fill(~earlier, float("-inf"))
@@ -206,7 +209,12 @@ class CorefHead(nn.Module):
             loss = per_span.sum(1).mean()
         return CorefOutput(loss, top_spans, kmask, ante, amask, scores)
 
-    def _keep(self, s_m, spans, span_mask, words, gold_mentions: bool) -> torch.Tensor:
+    def top_k(self, units: int) -> int:
+        """How many spans pruning keeps: top_span_ratio of the document's units, at most max_spans, at least one
+        [coref-hoi model.py:176 min(max_num_extracted_spans, top_span_ratio * num_words)]."""
+        return max(1, min(self.max_spans, int(self.top_span_ratio * units)))
+
+    def _keep(self, s_m, spans, span_mask, units, gold_mentions: bool) -> torch.Tensor:
         """Indices of the kept candidates per document, -1 padded: all of them (gold mentions) or the pruned top k."""
         B = s_m.shape[0]
         if gold_mentions:
@@ -215,7 +223,7 @@ class CorefHead(nn.Module):
         rows = []
         for b in range(B):
             n = int(span_mask[b].sum())
-            k = max(1, min(self.max_spans, int(self.top_span_ratio * int(words[b]))))
+            k = self.top_k(int(units[b]))
             rows.append(prune(s_m[b, :n].tolist(), [tuple(s) for s in spans[b, :n].tolist()], k))
         K = max(map(len, rows))
         keep = torch.full((B, K), -1, dtype=torch.long, device=s_m.device)

@@ -1,5 +1,6 @@
-"""What a frozen source model contributes per token (spec §1.1): its hidden states at every layer, pooled to words,
-reduced to one vector per word by the extraction variant.
+"""What a frozen source model contributes per token (spec §1.1): its hidden states at every layer, per sub-token (the
+sources share a tokenizer) or pooled to words (they do not), reduced to one vector per position by the extraction
+variant.
 
 States are `hidden_states` of the HF model, stacked (L+1, W, d): index 0 the embedding output, index l the output of
 layer l. Model truncation after layer l gives exactly `hidden_states[l]` ([R] `encoder.layer = layer[:l]`), so every
@@ -72,3 +73,18 @@ def word_pool(pieces: torch.Tensor, word_ids: list[int | None], n_words: int, ho
     out.index_add_(-2, word, pieces[..., tok, :].float())
     counts = torch.bincount(word, minlength=n_words).clamp_min(1).to(out.dtype)
     return (out / counts.unsqueeze(-1)).to(pieces.dtype)
+
+
+def positions(pieces: torch.Tensor, word_ids: list[int | None], n_words: int, unit: str, how: str = "mean"
+              ) -> torch.Tensor:
+    """(..., T, d) a segment's sub-token states → the head's positions (reverse_probing/documents.py): its words
+    (unit=word: word_pool) or its sub-tokens as they are, [CLS], [SEP] and padding left out (unit=subtoken: every
+    source shares the tokenizer, so every source has the same pieces; coref-hoi reads the encoder output per
+    sub-token)."""
+    if unit == "word":
+        return word_pool(pieces, word_ids, n_words, how)
+    if unit != "subtoken":
+        raise ValueError(f"unit {unit!r}: use word or subtoken")
+    if {w for w in word_ids if w is not None} != set(range(n_words)):
+        raise ValueError("a word has no sub-token (cut by the max length?); every word needs one")
+    return pieces[..., [t for t, w in enumerate(word_ids) if w is not None], :]

@@ -34,7 +34,7 @@ from experiments.train import TrainLog
 from reverse_probing.aggregate import MODES, Aggregator
 from reverse_probing.coref import CorefHead
 from reverse_probing.documents import Doc, collate, prepare, window, words_of
-from reverse_probing.extract import check_variant, extract, read_variant, width, word_pool
+from reverse_probing.extract import check_variant, extract, positions, read_variant, width
 from reverse_probing.model import ReverseProbe
 
 log = logging.getLogger(__name__)
@@ -138,20 +138,35 @@ def load_docs(task: DictConfig, data: DictConfig, splits=("train", "dev", "eval"
     return {s: raw[s].to_list() for s in splits}
 
 
+def span_unit(toks: list) -> str:
+    """The head's positions: sub-tokens where every source shares one tokenizer (the paper's bert-base-cased sources:
+    coref-hoi's spans, widths, head attention and k = 0.4 x sub-tokens), words where tokenizers differ (they share no
+    sub-tokens: each source's are pooled to words)."""
+    return "subtoken" if len({tokenizer_fingerprint(t) for t in toks}) == 1 else "word"
+
+
+def units_used(toks: list) -> dict[str, str]:
+    """The record's extra: the unit of spans (their width, head attention) and of pruning's count."""
+    unit = span_unit(toks)
+    return {"span_unit": unit, "prune_unit": unit}
+
+
 def prepared(cfg: DictConfig, raw: list[dict], toks: list) -> list[Doc]:
     m = cfg.method
+    unit = span_unit(toks)
     out = []
     for doc in raw:
         words, _ = words_of(doc)
         # a word a tokenizer drops becomes its unknown token (safe_words): one piece
         pieces = np.max([[c or 1 for c in piece_counts(t, words)] for t in toks], axis=0).tolist() if words else []
-        out.append(prepare(doc, pieces, m.max_segment_len, m.gold_mentions, m.max_span_width))
+        out.append(prepare(doc, pieces, m.max_segment_len, m.gold_mentions, m.max_span_width, unit))
     return out
 
 
 def source_states(cfg: DictConfig, ctx: RunContext, model: DictConfig, raw: list[dict], docs: list[Doc]) -> list[torch.Tensor]:
-    """Per document, the source's hidden states at every layer pooled to the kept words: (L+1, len(keep), d) in
-    the store's dtype. Each segment of each document is one store entry (all layers)."""
+    """Per document, the source's hidden states at every layer at the kept positions (its sub-tokens, or its words,
+    pooled: the documents' unit): (L+1, len(keep), d) in the store's dtype. Each segment of each document is one
+    store entry (all layers)."""
     tok, enc, fp = load_source(model)
     rows, owner = [], []
     for i, (doc, d) in enumerate(zip(raw, docs)):
@@ -166,8 +181,22 @@ def source_states(cfg: DictConfig, ctx: RunContext, model: DictConfig, raw: list
                                  select="all", batch_size=cfg.method.feature_batch, device=ctx.device, model_key=fp)
     per_doc: list[list[torch.Tensor]] = [[] for _ in docs]
     for r, (row, i) in enumerate(zip(rows, owner)):
-        per_doc[i].append(word_pool(states[r], row["word_ids"], row["n"], cfg.method.word_pooling))
-    return [torch.cat(parts, 1)[:, d.keep].contiguous() for parts, d in zip(per_doc, docs)]
+        per_doc[i].append(positions(states[r], row["word_ids"], row["n"], unit_of(docs[i]),
+                                    cfg.method.word_pooling))
+    return [at_positions(torch.cat(parts, 1), d, 1) for parts, d in zip(per_doc, docs)]
+
+
+def unit_of(doc: Doc) -> str:
+    return "subtoken" if doc.word_of else "word"
+
+
+def at_positions(x: torch.Tensor, doc: Doc, dim: int) -> torch.Tensor:
+    """A document's per-position features (along `dim`) at its kept positions; refused when the source's pieces are
+    not the document's (another tokenizer than the one its sub-token positions come from)."""
+    n = len(doc.word_of) if doc.word_of else doc.n_words
+    if x.shape[dim] != n:
+        raise ValueError(f"document {doc.key}: the source gives {x.shape[dim]} {unit_of(doc)}s, the document has {n}")
+    return x.index_select(dim, torch.tensor(doc.keep, dtype=torch.long, device=x.device)).contiguous()
 
 
 def split_states(cfg, ctx, models, split: str, raw, docs, task: DictConfig) -> list[list[torch.Tensor]]:
@@ -243,7 +272,8 @@ def score(probe: ReverseProbe, docs: list[Doc], feats, gold_mentions: bool, batc
         predicted = out.clusters(singletons=gold_mentions)
         for b, i in enumerate(idx):
             d = docs[i]
-            to_doc = lambda c: tuple((d.keep[s], d.keep[e]) for s, e in c)  # noqa: E731
+            # in words, for the scorer; two sub-token spans in the same words count once
+            to_doc = lambda c: tuple(dict.fromkeys(d.to_words(s) for s in c))  # noqa: E731
             pairs.append(([to_doc(c) for c in predicted[b]], d.gold))
             if d.choice is not None and gold_mentions:
                 blank, answer, other = d.choice
@@ -251,7 +281,7 @@ def score(probe: ReverseProbe, docs: list[Doc], feats, gold_mentions: bool, batc
                 right += s(answer) > s(other)
                 asked += 1
         if probe.last_alpha is not None:
-            words = batch["positions"].new_zeros(batch["positions"].shape, dtype=torch.bool)
+            words = torch.zeros(probe.last_alpha.shape[:2], dtype=torch.bool, device=probe.last_alpha.device)
             for b, i in enumerate(idx):
                 words[b, :len(docs[i].keep)] = True
             a = probe.last_alpha[words]
@@ -276,7 +306,7 @@ def majority(docs: list[Doc]) -> dict[str, float]:
         pairs, right = [], 0
         for d in docs:
             blank, answer, other = d.choice
-            spans = [(d.keep[s], d.keep[e]) for s, e in d.spans]
+            spans = [d.to_words(s) for s in d.spans]
             cands = sorted([answer, other])
             clusters = [(spans[i],) for i in range(len(spans))]
             if which is not None:
@@ -388,6 +418,7 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
         return run_qa(cfg, ctx, models, layers)
     m = cfg.method
     ctx.tokenizer_fingerprint = tokenizer_fingerprint(load_source(models[0])[0])
+    ctx.extra.update(units_used([load_source(x)[0] for x in models]))
     t0 = time.perf_counter()
     data = {s: (docs, feats) for s, (docs, feats, _) in coref_data(cfg, ctx, models, layers, extras).items()}
     features_s = time.perf_counter() - t0

@@ -27,7 +27,7 @@ from experiments.models import load_encoder, tokenizer_fingerprint
 from experiments.results import provenance
 from reverse_probing import run as probe
 from reverse_probing.documents import words_of
-from reverse_probing.extract import word_pool
+from reverse_probing.extract import positions
 
 KINDS = ("finetune", "coref_target")
 
@@ -65,8 +65,8 @@ def finetune(cfg: DictConfig, ctx: RunContext):
 
 
 def live_features(cfg: DictConfig, tok, encoder: torch.nn.Module, raw: list[dict], docs, device):
-    """A callable idx -> [[per-document last-layer word features]]: the training encoder run on the documents'
-    segments now (the same segments, word pooling and kept words as the stored path)."""
+    """A callable idx -> [[per-document last-layer features at the kept positions]]: the training encoder run on the
+    documents' segments now (the same segments, positions and pooling as the stored path)."""
     pad = tok.pad_token_id or 0
 
     def feats(idx: list[int]) -> list[list[torch.Tensor]]:
@@ -85,8 +85,8 @@ def live_features(cfg: DictConfig, tok, encoder: torch.nn.Module, raw: list[dict
         hidden = encoder(input_ids=ids.to(device), attention_mask=mask.to(device)).last_hidden_state
         per: dict[int, list[torch.Tensor]] = {i: [] for i in idx}
         for r, ((x, wids, n), i) in enumerate(zip(rows, owner)):
-            per[i].append(word_pool(hidden[r, :len(x)], wids, n, cfg.method.word_pooling))
-        return [[torch.cat(per[i], 0)[docs[i].keep] for i in idx]]
+            per[i].append(positions(hidden[r, :len(x)], wids, n, probe.unit_of(docs[i]), cfg.method.word_pooling))
+        return [[probe.at_positions(torch.cat(per[i], 0), docs[i], 0) for i in idx]]
     return feats
 
 
@@ -101,6 +101,7 @@ def coref_target(cfg: DictConfig, ctx: RunContext):
     tok, encoder = load_encoder(cfg.model)
     encoder.to(ctx.device).train()
     ctx.tokenizer_fingerprint = tokenizer_fingerprint(tok)
+    ctx.extra.update(probe.units_used([tok]))
     raw = probe.load_docs(cfg.task, cfg.data)
     data = {}
     for split, rows in raw.items():

@@ -182,8 +182,8 @@ def test_loss_is_the_marginal_log_likelihood_of_the_gold_antecedents():
 
 
 def test_reading_only_the_mentions_words_is_the_whole_document_computation():
-    """Gold-mention mode reads the mentions' words alone, with their document positions for distances: the same scores
-    as the head over every word (the aggregator is position-wise; nothing else reads the other words)."""
+    """Gold-mention mode reads the mentions' words alone: the same scores as the head over every word (the aggregator
+    is position-wise, distances are rank offsets among the kept spans; nothing else reads the other words)."""
     head = head_and_batch(1)
     h = torch.randn(1, 11, 8)
     full = prepare(DOC, [1] * 11, 64, gold_mentions=True, max_width=4)
@@ -225,3 +225,123 @@ def test_decoding_follows_the_best_antecedent_greedily():
     out.antecedent_mask = torch.tensor([[[False] * 3, [True, False, False], [True, True, False]]])
     assert out.clusters() == [[((0, 0), (5, 5))]]
     assert out.clusters(singletons=True) == [[((0, 0), (5, 5)), ((2, 3),)]]
+
+
+# ---- the head as coref-hoi computes it ------------------------------------------------------------------------------
+
+def _hand_bucket(d: int) -> int:
+    """coref-hoi util.bucket_distance, written out: 0-4 as is, then 5-7, 8-15, 16-31, 32-63, 64+."""
+    return d if d <= 4 else 5 if d <= 7 else 6 if d <= 15 else 7 if d <= 31 else 8 if d <= 63 else 9
+
+
+def _only_the_distance_prior(head):
+    """Zero every score but the coarse distance prior, whose score for bucket b is then b itself."""
+    with torch.no_grad():
+        for ff in (head.mention, head.width_score, head.fine):
+            ff[-1].weight.zero_()
+            ff[-1].bias.zero_()
+        head.coarse.weight.zero_()
+        head.coarse.bias.zero_()
+        head.distance_prior.weight.zero_()
+        head.distance_prior.weight[:, 0] = torch.arange(head.buckets, dtype=torch.float)
+        head.distance_score.weight.zero_()
+        head.distance_score.weight[0, 0] = 1.0
+        head.distance_score.bias.zero_()
+    return head
+
+
+def test_the_coarse_prior_buckets_the_rank_offset_among_kept_spans():
+    """coref-hoi model.py:187-199: antecedent_offsets = rank_i - rank_j among the kept spans, bucketed. Spans at
+    uneven word positions, so a word distance would land in other buckets."""
+    torch.manual_seed(0)
+    head = _only_the_distance_prior(CorefHead(8, 16, 4, 4, 0.0, max_antecedents=80)).eval()
+    starts = [3 * i + (i * i) % 7 for i in range(70)]  # rank offset i - j, word distance ~3x that
+    h = torch.randn(1, starts[-1] + 1, 8)
+    spans = torch.tensor([[[s, s] for s in starts]])
+    out = head(h, spans, torch.ones(1, 70, dtype=torch.bool), torch.tensor([h.shape[1]]), gold_mentions=True)
+    checked = 0
+    for i in range(70):
+        for c in range(out.antecedents.shape[-1]):
+            if out.antecedent_mask[0, i, c]:
+                j = int(out.antecedents[0, i, c])
+                assert float(out.scores[0, i, 1 + c].detach()) == _hand_bucket(i - j), (i, j)
+                checked += 1
+    assert checked == 70 * 69 // 2  # every earlier span is an antecedent (c = 80 > 69)
+
+
+def test_antecedent_scores_do_not_depend_on_how_far_apart_the_spans_are():
+    """The same three kept spans, in the same order, 1 word or 40 words apart: identical scores (coref-hoi's coarse
+    prior reads rank offsets, its fine feature too)."""
+    torch.manual_seed(0)
+    head = CorefHead(8, 16, 4, 4, 0.0).eval()
+    g = torch.randn(3, 8)
+    scores = []
+    for gap in (1, 40):
+        h = torch.randn(1, 2 * gap + 1, 8)
+        at = [0, gap, 2 * gap]
+        h[0, at] = g
+        out = head(h, torch.tensor([[[a, a] for a in at]]), torch.ones(1, 3, dtype=torch.bool),
+                   torch.tensor([h.shape[1]]), gold_mentions=True)
+        scores.append(out.scores)
+    torch.testing.assert_close(scores[0], scores[1], rtol=0, atol=0)
+
+
+def test_the_input_features_are_not_dropped():
+    """In training mode with dropout, the span representation's start and end parts and the head attention read the
+    features exactly as given: coref-hoi drops the width embedding, the coarse and pair inputs and inside the FFNNs,
+    never mention_doc (model.py:121-164)."""
+    torch.manual_seed(0)
+    head = CorefHead(8, 16, 4, 4, dropout=0.5).train()
+    h = torch.randn(1, 6, 8) + 3.0  # no zeros of its own: a dropped element would show
+    spans = torch.tensor([[[0, 0], [2, 3], [5, 5]]])
+    seen = {}
+    head.head_attention.register_forward_hook(lambda m, inp, out: seen.update(attn=inp[0]))  # returns None: no change
+    head.mention.register_forward_hook(lambda m, inp, out: seen.update(g=inp[0]))
+    head(h, spans, torch.ones(1, 3, dtype=torch.bool), torch.tensor([6]), cluster_ids=torch.tensor([[1, 0, 1]]),
+         gold_mentions=True)
+    assert torch.equal(seen["attn"], h)
+    assert torch.equal(seen["g"][0, :, :8], h[0, spans[0, :, 0]])
+    assert torch.equal(seen["g"][0, :, 8:16], h[0, spans[0, :, 1]])
+
+
+LONG = {"doc_key": "nw/long", "sentences": [[f"w{i}" for i in range(30)]], "clusters": [[[0, 0], [5, 5]]]}
+
+
+@pytest.mark.parametrize("unit,units", [("word", 30), ("subtoken", 2 * 30 + 2)])
+def test_pruning_keeps_a_ratio_of_the_documents_units(unit, units):
+    """k = int(0.4 x units): words, or sub-tokens with [CLS] and [SEP] (coref-hoi model.py:125 and 176 count every
+    token under the input mask) where the sources share a tokenizer."""
+    d = prepare(LONG, [2] * 30, 64, gold_mentions=False, max_width=3, unit=unit)
+    assert d.segments == [(0, 30)] and d.units == units
+    head = CorefHead(8, 16, 4, 3, 0.0).eval()
+    b = collate([d], [[torch.randn(len(d.keep), 8)]])
+    assert b["units"].tolist() == [units]
+    out = head(b.pop("sources")[0], **{k: v for k, v in b.items() if k != "cluster_ids"})
+    assert int(out.span_mask.sum()) == int(0.4 * units) == head.top_k(units)
+
+
+def test_a_cut_training_document_counts_the_units_of_its_own_segments():
+    doc = {"doc_key": "nw/1", "sentences": [["a", "b"], ["c", "d"], ["e", "f"]], "clusters": [[[0, 0], [4, 4]]]}
+    d = prepare(doc, [1, 3, 1, 1, 2, 2], 6, gold_mentions=False, max_width=2, unit="subtoken")
+    assert d.segments == [(0, 2), (2, 4), (4, 6)] and d.segment_units == [6, 4, 6] and d.units == 16
+    for seed in range(10):
+        cut, _ = window(d, 2, np.random.default_rng(seed))
+        assert cut.units == sum(d.segment_units[k] for k, s in enumerate(d.segments) if s in cut.segments)
+    assert prepare(doc, [1, 3, 1, 1, 2, 2], 6, False, 2).units == 6  # unit=word: the words
+
+
+def test_sub_token_positions_map_the_gold_mentions_to_their_pieces_and_back():
+    """With one shared tokenizer the head reads sub-tokens, as coref-hoi: a mention runs from its first word's first
+    piece to its last word's last piece; the scorer reads spans back in words."""
+    pieces = [1, 2, 1, 1, 1, 3, 1, 1, 1, 1, 1]  # "cat" 2 pieces, "dog" 3
+    d = prepare(DOC, pieces, 64, gold_mentions=True, max_width=30, unit="subtoken")
+    assert d.word_of == [w for w in range(11) for _ in range(pieces[w])]
+    assert d.keep == [1, 2, 5, 6, 7, 8, 10]  # cat: 1-2; big dog: 5-8; _: 10
+    assert d.spans == [(0, 1), (2, 5), (6, 6)] and d.cluster_ids == [2, 1, 1] and d.choice == (2, 1, 0)
+    assert [d.to_words(s) for s in d.spans] == [(1, 1), (4, 5), (7, 7)]
+    assert d.n_words == 11 and d.segment_of == [0] * 7 and d.units == sum(pieces) + 2
+    full = prepare(DOC, pieces, 64, gold_mentions=False, max_width=4, unit="subtoken")
+    assert full.keep == list(range(sum(pieces)))
+    assert (3, 3) in full.spans and (2, 4) in full.spans  # a span may start or end inside a word (coref-hoi)
+    assert max(e - s for s, e in full.spans) == 3  # max_span_width counts sub-tokens
+    assert full.to_words((2, 4)) == (1, 3)

@@ -79,6 +79,16 @@ def test_the_training_encoders_features_equal_the_stored_ones(tmp_path):
         live = S.live_features(cfg, tok, enc.eval(), rows, docs, torch.device("cpu"))(list(range(len(docs))))[0]
     for a, b in zip(stored, live):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    # one source: the head's positions are its sub-tokens, each read as the encoder gives it ([CLS]/[SEP] left out)
+    d, words = docs[0], R.safe_words(tok, R.words_of(rows[0])[0])
+    assert d.word_of and len(stored[0]) == len(d.keep)
+    a, b = d.segments[0]
+    e = tok(words[a:b], is_split_into_words=True)
+    real = [t for t, w in enumerate(e.word_ids()) if w is not None]
+    with torch.no_grad():
+        hidden = enc(input_ids=torch.tensor([e["input_ids"]])).last_hidden_state[0, real]
+    rows0 = [i for i, p in enumerate(d.keep) if p < len(real)]
+    torch.testing.assert_close(stored[0][rows0], hidden[[d.keep[i] for i in rows0]], atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.slow  # several runs through the runner: make test runs it, test-unit does not
@@ -186,7 +196,8 @@ def test_a_coref_task_reads_coref_hoi_subtoken_jsonlines_as_word_documents(tmp_p
     docs = R.prepared(compose("experiment=reverse_probing/smoke", "method.gold_mentions=false").copy(),
                       [doc], [R.load_source(R.sources_of(compose("experiment=reverse_probing/smoke"))[0])[0]])
     assert docs[0].n_words == 10 and docs[0].gold == [((0, 0), (5, 5)), ((3, 3), (8, 8))]
-    assert docs[0].speakers[0] != docs[0].speakers[5]  # a and b
+    he = next(i for i, p in enumerate(docs[0].keep) if docs[0].word(p) == 5)  # one tokenizer: sub-token positions
+    assert docs[0].speakers[0] != docs[0].speakers[he]  # a and b
 
 
 @pytest.mark.assets
@@ -195,3 +206,24 @@ def test_an_extra_evaluation_set_needs_only_its_eval_split():
     cfg = compose("experiment=reverse_probing/signal_cpu")
     docs = R.load_docs(R.extra_tasks(cfg)["wsc"], cfg.data, ("eval",))
     assert list(docs) == ["eval"] and len(docs["eval"]) == 249
+
+
+def test_the_head_reads_sub_tokens_only_where_every_source_shares_a_tokenizer(tmp_path):
+    """The paper's sources all use bert-base-cased's tokenizer: spans, widths, head attention and k = 0.4 x sub-tokens,
+    as coref-hoi; sources that split words differently (a trimmed vocabulary) share no sub-tokens and meet at the
+    word."""
+    from experiments.models import byte_tokenizer
+    a, b, other = byte_tokenizer(), byte_tokenizer(), byte_tokenizer()
+    other.add_tokens(["zzqx"])  # a different vocabulary: another fingerprint
+    assert R.span_unit([a]) == R.span_unit([a, b]) == "subtoken"
+    assert R.span_unit([a, other]) == "word"
+    assert R.units_used([a, other]) == {"span_unit": "word", "prune_unit": "word"}
+    assert R.units_used([a, b]) == {"span_unit": "subtoken", "prune_unit": "subtoken"}
+    cfg = compose("experiment=reverse_probing/smoke", "method.gold_mentions=false")
+    doc = {"doc_key": "nw/0", "sentences": [["Anna", "met", "Bob", "."], ["She", "waved", "."]],
+           "clusters": [[[0, 0], [4, 4]]]}
+    pieces = R.piece_counts(a, doc["sentences"][0] + doc["sentences"][1])
+    same, mixed = R.prepared(cfg, [doc], [a, b])[0], R.prepared(cfg, [doc], [a, other])[0]
+    assert same.units == sum(pieces) + 2 * len(same.segments) and mixed.units == 7
+    assert len(same.keep) == len(same.word_of) == sum(pieces) and mixed.keep == list(range(7)) and not mixed.word_of
+
