@@ -7,7 +7,8 @@ reads nothing else, so this is the whole-document computation at those words (te
 
 Optimisation as the official code [R]: the head with Adam (1e-4, no decay, linear decay to 0 over max_epochs x
 steps), the aggregator in the encoder group (AdamW 1e-5, wd 0.01, 10% warm-up), clipping 1.0 each, early stopping on
-dev CoNLL F1; eval (and the extra evaluation sets) scored once at the best dev epoch.
+dev CoNLL F1; eval (and the extra evaluation sets) scored once at the best dev epoch. The stand-in QA target (Quoref)
+trains with the suite's trainer, its aggregator at method.aggregator_lr too (qa_probe).
 """
 from __future__ import annotations
 
@@ -466,12 +467,27 @@ def mean_alpha(probe, cached, n: int = 256) -> list[float]:
     return alpha[b["attention_mask"].bool()].mean(0).tolist()
 
 
+def qa_probe(cfg: DictConfig, models) -> torch.nn.Module:
+    """The stand-in target's probe: the aggregator, then the suite's QA head. The head trains at train.lr; the
+    aggregator's parameters at method.aggregator_lr, the rate the coref target's aggregator group has ([R]: the
+    aggregator sits in the encoder group), so that attention vs mean compares the same aggregator on both targets.
+    Within the suite's trainer (one AdamW, one schedule) that group shares the head's warm-up and decay and is not
+    weight-decayed (experiments.optim.own_lr)."""
+    from experiments.models import SpanHead
+    from experiments.optim import own_lr
+    from reverse_probing.model import SpanProbe
+    m = cfg.method
+    d = models[0].hidden_size
+    aggregator = Aggregator(m.aggregate, [width(m.variant, x.hidden_size, m.concat_n) for x in models], d, m.key_size)
+    for p in aggregator.parameters():
+        own_lr(p, m.aggregator_lr)
+    return SpanProbe(aggregator, SpanHead(d))
+
+
 def run_qa(cfg: DictConfig, ctx: RunContext, models, layers) -> dict[str, float]:
     from experiments.cached import Cached
     from experiments.evaluate import evaluate
-    from experiments.models import SpanHead
     from experiments.train import fit
-    from reverse_probing.model import SpanProbe
     m, task = cfg.method, cfg.task
     toks = [load_source(x)[0] for x in models]
     keys = {tokenizer_fingerprint(t) for t in toks}
@@ -493,9 +509,7 @@ def run_qa(cfg: DictConfig, ctx: RunContext, models, layers) -> dict[str, float]
         cached[split] = Cached(stacked, targets)
     features_s = time.perf_counter() - t0
     torch.manual_seed(cfg.seed)
-    d = models[0].hidden_size
-    probe = SpanProbe(Aggregator(m.aggregate, [width(m.variant, x.hidden_size, m.concat_n) for x in models], d,
-                                 m.key_size), SpanHead(d))
+    probe = qa_probe(cfg, models)
     batches, n_batches = cached["train"].batches(cfg.hardware.batch_size, cfg.seed)
     alphas = []
 

@@ -227,3 +227,16 @@ def test_the_head_reads_sub_tokens_only_where_every_source_shares_a_tokenizer(tm
     assert same.units == sum(pieces) + 2 * len(same.segments) and mixed.units == 7
     assert len(same.keep) == len(same.word_of) == sum(pieces) and mixed.keep == list(range(7)) and not mixed.word_of
 
+
+def test_the_quoref_probe_trains_its_aggregator_at_the_aggregator_lr():
+    """[R] puts the aggregator in the encoder group (1e-5), as the coref target does; the QA head keeps train.lr."""
+    from experiments.optim import adamw
+    cfg = compose("experiment=reverse_probing/quoref_single", "method.aggregate=attention",
+                  "method.sources=[minilm-l6,minilm-l6-ner]")
+    probe = R.qa_probe(cfg, R.sources_of(cfg))
+    opt = adamw(probe, cfg.train.lr, cfg.train.weight_decay)
+    lr = {id(p): g["lr"] for g in opt.param_groups for p in g["params"]}
+    agg, head = list(probe.aggregator.parameters()), list(probe.head.parameters())
+    assert agg and head and cfg.method.aggregator_lr != cfg.train.lr
+    assert {lr[id(p)] for p in agg} == {cfg.method.aggregator_lr}
+    assert {lr[id(p)] for p in head} == {cfg.train.lr}
