@@ -18,6 +18,9 @@ class ReverseProbingConfig(MethodConfig):
     variant: str = "full"  # full | trunc | norm | concat [P §3.1, Fig. 1]
     sources: list[str] = field(default_factory=lambda: ["minilm-l6"])
     trunc: Optional[list[int]] = None  # variant=trunc: hidden_states index per source (one per source) [P Tables 1-3]
+    # a layer per source name, for experiment files that sweep source sets at fixed per-source layers (a Hydra sweep
+    # cannot pair two keys): method.trunc: ['${method.trunc_layers.${method.sources.0}}', ...]; read by nothing else
+    trunc_layers: dict[str, int] = field(default_factory=dict)
     concat_n: Optional[int] = None  # variant=concat: the last n layers joined (4, 6, 12 in the paper) [P Table 1]
     aggregate: str = "mean"  # mean | sum | attention ([R] form) | attention_literal (the paper's formula) [P §3.2]
     key_size: int = 128  # attention keys/query width [R hidden_size]
