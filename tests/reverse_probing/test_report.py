@@ -290,3 +290,23 @@ def test_sources_select_by_method_sources_as_sets_and_layers_are_chosen_on_dev()
     del ner[0]["metrics"]["dev/f1"]
     with pytest.raises(SelectionError, match="dev/f1"):
         best_dev_over(ner, "method.trunc")
+
+
+def test_table1_shows_the_trivial_answer_beside_every_row(tmp_path):
+    """A target where a constant answer scores above every source (WinoGrande: the best constant clustering 72.80,
+    the sources 71.7-72.3) must show it in Table 1 itself, not only in the signal table."""
+    runs = [r for s in (L6, NER) for r in _singles(s)]
+    for src, f1 in ((L6, 0.723), (COREF, 0.719), (PII, 0.717)):
+        for seed in SEEDS:
+            m = {"eval/accuracy": 0.5, "eval/conll_f1": f1, "dev/conll_f1": f1, "eval/majority_accuracy": 0.511,
+                 "eval/majority_conll_f1": 0.728, "extract/layer": 6}
+            runs.append(_record((src,), "full", "mean", seed, m, task="winogrande-coref", exp="signal_cpu"))
+    build(runs, tmp_path)
+    t1 = _csv(tmp_path, "table1_single")
+    for src in (L6, COREF, PII):
+        row = _ours(t1, src, **{"target (hardware)": "winogrande-coref"})
+        assert row["trivial answer"] == "72.80"
+        assert float(row["mean-full"].split(" ")[0]) < float(row["trivial answer"])
+    assert _ours(t1, NER, **{"target (hardware)": "quoref"})["trivial answer"] == f"{TRIVIAL:.2f}"
+    assert {r["trivial answer"] for r in t1 if r["row"] == "paper"} <= {"", "—"}
+    assert "Trivial answer" in (tmp_path / "tables" / "table1_single.md").read_text()
