@@ -20,8 +20,10 @@ class EatConfig(MethodConfig):
     name: str = "eat"
     variant: str = "eat"
     exit_layer: Optional[int] = 4  # the early-exit head [P]; null: none
-    patience_layer: Optional[int] = 3  # a head for the patience rule [P §7; absent from the code R]; null: none
-    exit_weight: float = 0.3  # lambda of every intermediate head's CE [P Eq. 1, R]
+    # the patience rule's head [P §7; absent from the code R], built and trained only when patience=true (read only
+    # then); null: the layer below exit_layer (3 at the paper's exit layer 4)
+    patience_layer: Optional[int] = None
+    exit_weight: float = 0.3  # lambda of the exit head's CE (Eq. 1: CE_L + 0.3 CE_4) [P, R]; the patience head's too
     pooling: Optional[str] = None  # what every head reads: cls (raw [CLS] [R]) | mean; null: model.pooling
     prune_after: list[int] = field(default_factory=lambda: [2, 4])  # [P]
     prune_ratio: float = 0.3  # [P]

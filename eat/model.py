@@ -18,7 +18,8 @@ what the encoder computes (tests/eat/test_model.py: <= 1e-5 against the Hugging 
 Heads: one `nn.Linear(d, C)` per exit point on the raw [CLS] state, no pooler or tanh, as the official code [R]
 (`pooling="mean"`: on the mean of the tokens still in the sequence, for encoders trained as mean-pooled sentence
 encoders, whose intermediate [CLS] carries little).
-Loss (training): CE(final) + exit_weight * CE(exit head) (+ the same weight on the patience head, when present).
+Loss (training): CE(final) + exit_weight * CE(exit head) [P Eq. 1] (+ the same weight on the patience head, which is
+built only for the patience rule).
 Plain torch: no Hydra, no I/O.
 """
 from __future__ import annotations

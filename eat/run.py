@@ -1,7 +1,8 @@
 """method=eat: fine-tune one arm (dense | eat | paper_code) on a classification task, calibrate the exit head and choose
 tau on dev, then score eval once at the chosen tau and at every swept tau (the frontier).
 
-Training [P Alg. 2, R]: CE(final) + 0.3 CE(exit head) (+ 0.3 CE(patience head)); pruning annealed per epoch (epoch e of
+Training [P Alg. 2, R]: CE(final) + 0.3 CE(exit head) [Eq. 1] (+ 0.3 CE(patience head), only with method.patience=true:
+the rule needs a head of its own); pruning annealed per epoch (epoch e of
 E prunes p (e-1)/(E-1)); local attention on throughout; no exit while training. The checkpoint is chosen on dev with
 the arm's full inference settings minus the exit (pruning at its target). Weights are cached under
 $STRATA_CACHE/eat-checkpoints keyed by everything that determines them, so method=eat_bench times the same models.
@@ -37,8 +38,16 @@ log = logging.getLogger(__name__)
 TRAINING_KEYS = ("variant", "exit_layer", "patience_layer", "exit_weight", "pooling", "prune_after", "prune_ratio", "prune_rule",
                  "scorer", "window", "anneal", "distill", "distill_temperature", "distill_mu")
 # bump when training semantics change: old checkpoints are then never read (2: an arm's training is seeded by its
-# own config, no longer by whatever ran before it in the process)
-CHECKPOINT_VERSION = 2
+# own config, no longer by whatever ran before it in the process; 3: no patience head unless patience=true, so the
+# loss is Eq. 1, and layer 4 prunes before its exit head reads it)
+CHECKPOINT_VERSION = 3
+
+
+def patience_layer_of(m: DictConfig) -> int | None:
+    """The layer of the patience head, or None: it exists only for the patience rule (method.patience=true)."""
+    if m.variant == "dense" or not m.patience:
+        return None
+    return m.patience_layer if m.patience_layer is not None else m.exit_layer - 1
 
 
 def settings_of(m: DictConfig) -> Settings:
@@ -67,6 +76,14 @@ def check(cfg: DictConfig) -> None:
     if m.variant != "dense" and m.exit_layer is not None and m.exit_layer >= cfg.model.num_layers:
         raise ValueError(f"method.exit_layer={m.exit_layer} but model={cfg.model.name} has {cfg.model.num_layers} "
                          "layers: pick a layer below the last")
+    if m.variant != "dense" and m.patience:
+        if m.exit_layer is None:
+            raise ValueError("method.patience=true compares the patience head with the exit head, but "
+                             "method.exit_layer=null: set method.exit_layer or method.patience=false")
+        p = patience_layer_of(m)
+        if not 1 <= p < m.exit_layer:
+            raise ValueError(f"method.patience_layer={p} must be in 1..{m.exit_layer - 1} (below method.exit_layer="
+                             f"{m.exit_layer}): set method.patience_layer to a layer below the exit")
     settings_of(m)
 
 
@@ -93,7 +110,7 @@ def build(cfg: DictConfig) -> EatModel:
     _, enc = load_encoder(cfg.model)
     dense = m.variant == "dense"  # the baseline is the encoder fine-tuned alone: no extra heads
     return EatModel(enc, len(cfg.task.label_names), exit_layer=None if dense else m.exit_layer,
-                    patience_layer=None if dense else m.patience_layer, exit_weight=m.exit_weight,
+                    patience_layer=patience_layer_of(m), exit_weight=m.exit_weight,
                     settings=settings_of(m), pooling=m.pooling or cfg.model.pooling)
 
 
@@ -105,7 +122,9 @@ def checkpoint_path(cfg: DictConfig, ctx: RunContext, model: EatModel, tok) -> P
             "task": OmegaConf.to_container(cfg.task, resolve=True),
             "data": OmegaConf.to_container(cfg.data, resolve=True),
             "train": {k: v for k, v in OmegaConf.to_container(cfg.train, resolve=True).items() if k != "progress"},
-            "method": {k: OmegaConf.to_container(m, resolve=True)[k] for k in TRAINING_KEYS},
+            # the patience layer as built: a patience_layer that patience=false never reads trains nothing
+            "method": {**{k: OmegaConf.to_container(m, resolve=True)[k] for k in TRAINING_KEYS},
+                       "patience_layer": patience_layer_of(m)},
             "seed": cfg.seed, "batch_size": cfg.hardware.batch_size, "precision": cfg.hardware.precision,
             "device": ctx.device.type, "weights": model_fingerprint(model.encoder),
             "tokenizer": tokenizer_fingerprint(tok), "data": data_fingerprint(cfg.task, cfg.data)}
