@@ -55,9 +55,12 @@ METHODS: dict[str, Method] = {
                                   "layer_fusion.config:LayerFusionParamsConfig"),
     "layer_fusion_bench": Method("layer_fusion.bench:run", "layer_fusion",
                                  "layer_fusion.config:LayerFusionBenchConfig"),
-    "reverse_probing": Method("reverse_probing.run:run", "reverse_probing", "reverse_probing.config:ReverseProbingConfig"),
+    # version 2: the coref head's coarse prior on rank offsets, no dropout on its input, sub-token spans where the
+    # sources share a tokenizer; quoref's aggregator at method.aggregator_lr (the CorefTarget build trains the head)
+    "reverse_probing": Method("reverse_probing.run:run", "reverse_probing",
+                              "reverse_probing.config:ReverseProbingConfig", version=2),
     "reverse_probing_source": Method("reverse_probing.sources:run", "reverse_probing",
-                                     "reverse_probing.config:SourceConfig"),
+                                     "reverse_probing.config:SourceConfig", version=2),
     "reverse_probing_cossim": Method("reverse_probing.cossim:run", "reverse_probing",
                                      "reverse_probing.config:CossimConfig"),
     "reverse_probing_bench": Method("reverse_probing.bench:run", "reverse_probing",
