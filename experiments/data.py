@@ -146,15 +146,40 @@ def _subtoken_level(d: Path, task: DictConfig) -> bool:
         return "subtoken_map" in json.loads(f.readline() or "{}")
 
 
+def is_regression(task: DictConfig) -> bool:
+    """A cls/pair task that names no label_names predicts one number per example (STS-B's similarity score): a
+    regression, trained as Hugging Face trains num_labels=1 (one output, MSE loss) and scored by its metrics
+    (pearson, spearman) on the predicted numbers."""
+    return task.type in ("cls", "pair") and not task.get("label_names")
+
+
+def _number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
 def check_labels(task: DictConfig, ds: datasets.DatasetDict) -> None:
     """Integer labels (class ids, or tag ids of hub NER data) must index task.label_names: a shorter list would fail
-    deep in the loss as "Target 2 is out of bounds"."""
+    deep in the loss as "Target 2 is out of bounds". A regression's labels must be numbers, and a classification's
+    must not be fractional (a regression lists no label_names)."""
     if task.type not in ("cls", "pair", "ner"):
+        return
+    if is_regression(task):
+        for split in ds.values():
+            bad = next((v for v in split[task.label_field] if not _number(v)), None)
+            if bad is not None:
+                raise ValueError(f"task {task.name} lists no task.label_names, so it is a regression, but its label "
+                                 f"{task.label_field!r} holds {bad!r}, not a number: list one name per class id in "
+                                 "task.label_names")
         return
     ids = set()
     for split in ds.values():
         for v in split[task.label_field]:
             vs = v if isinstance(v, list) else [v]
+            frac = next((x for x in vs if isinstance(x, float) and not x.is_integer()), None)
+            if frac is not None:
+                raise ValueError(f"task {task.name} has label {frac!r}, not a class id, but task.label_names lists "
+                                 f"{len(task.label_names)} classes: a regression (one number per example) lists no "
+                                 "label_names")
             ids.update(x for x in vs if isinstance(x, int) and not isinstance(x, bool) and x >= 0)  # -1: unlabelled
     if ids and max(ids) >= len(task.label_names):
         raise ValueError(f"task.label_names has {len(task.label_names)} names ({list(task.label_names)}) but the data "
@@ -184,7 +209,9 @@ def encode(ds: datasets.Dataset, tokenizer, task: DictConfig, max_len: int, trai
 def _encode_text(batch, idx, tokenizer, task, max_len, train):
     texts = [batch[f] for f in task.text_fields]
     enc = tokenizer(*texts, truncation=True, max_length=max_len)
-    enc["labels"] = batch[task.label_field]
+    labels = batch[task.label_field]
+    # a regression's targets are floats even where a file writes 4 for 4.0 (MSE needs float tensors)
+    enc["labels"] = [float(y) for y in labels] if is_regression(task) else labels
     return enc
 
 

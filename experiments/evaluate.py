@@ -11,7 +11,7 @@ import torch
 from omegaconf import DictConfig
 
 from experiments import metrics as M
-from experiments.data import collate, tag_ids
+from experiments.data import collate, is_regression, tag_ids
 from experiments.progress import Progress
 
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
@@ -24,7 +24,7 @@ class Scores(dict):
     """`eval/<metric>` -> value, plus `per_example`: the per-example quantities the metrics are means or sums of,
     in eval-example order (experiments.evidence.claims bootstraps over them; a run record keeps them as
     record["per_example"]["eval"]):
-      cls, pair: {"pred": [class id], "label": [class id]}
+      cls, pair: {"pred": [class id], "label": [class id]} (none for a regression)
       ner: {"tp", "fp", "fn"} entities per sentence (seqeval) and {"token_tp", "token_fp", "token_fn"}
       qa: {"em": [0-100], "f1": [0-100]} per question
     It travels with the metrics it belongs to, so the trainer's best-checkpoint choice keeps the matching one."""
@@ -75,6 +75,8 @@ def evaluate(model, features: datasets.Dataset, examples: datasets.Dataset, task
 
 def _classification(logits, features, examples, task):
     lg = np.stack(logits)
+    if is_regression(task):  # one output per example: the predicted number itself (no classes, no majority)
+        return M.classification_metrics(list(task.metrics), lg[:, 0], np.asarray(features["labels"])), {}
     probs = np.exp(lg - lg.max(1, keepdims=True))
     probs /= probs.sum(1, keepdims=True)
     labels = np.asarray(features["labels"])

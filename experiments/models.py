@@ -20,6 +20,7 @@ from transformers import (AutoConfig, AutoModel, AutoModelForCausalLM, AutoToken
 
 from experiments.assets import USED, cache_dir, hub_revision, require
 from experiments.config import ConfigError, in_hf_cache, hub_offline, offline_refusal
+from experiments.data import is_regression
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]"]
 
@@ -176,18 +177,51 @@ class HeadOutput:
     loss: torch.Tensor | None = None
 
 
-class SequenceHead(nn.Module):
-    """Sentence (pair) classification: pooled state -> dense -> tanh -> linear (the RoBERTa/BERT-pooler head)."""
+def sequence_loss(logits: torch.Tensor, labels: torch.Tensor | None, regression: bool) -> torch.Tensor | None:
+    """Cross-entropy over the classes, or for a regression (one output) the mean squared error, as Hugging Face's
+    *ForSequenceClassification computes it for num_labels=1."""
+    if labels is None:
+        return None
+    if regression:
+        return F.mse_loss(logits.float().squeeze(-1), labels.float())
+    return F.cross_entropy(logits.float(), labels)
 
-    def __init__(self, d: int, n_labels: int, pooling: str, dropout: float = 0.1):
+
+class SequenceHead(nn.Module):
+    """Sentence (pair) classification: pooled state -> [dropout] -> dense -> tanh -> dropout -> linear. With the
+    leading dropout it is RoBERTa's classification head; without it, BERT's pooler (dense + tanh on [CLS]) followed
+    by BertForSequenceClassification's dropout and classifier. regression: one output trained with MSE."""
+
+    note = "fresh dense+tanh+linear"  # what a run record says about the head (layer_fusion's extra.head)
+
+    def __init__(self, d: int, n_labels: int, pooling: str, dropout: float = 0.1, regression: bool = False,
+                 pre_dropout: bool = True):
         super().__init__()
-        self.pooling = pooling
+        self.pooling, self.regression, self.pre_dropout = pooling, regression, pre_dropout
         self.dense, self.out, self.drop = nn.Linear(d, d), nn.Linear(d, n_labels), nn.Dropout(dropout)
 
     def forward(self, hidden, mask, labels=None, **_):
-        x = self.drop(pool(hidden, mask, self.pooling))
+        x = pool(hidden, mask, self.pooling)
+        if self.pre_dropout:
+            x = self.drop(x)
         logits = self.out(self.drop(torch.tanh(self.dense(x))))
-        return HeadOutput(logits, F.cross_entropy(logits.float(), labels) if labels is not None else None)
+        return HeadOutput(logits, sequence_loss(logits, labels, self.regression))
+
+
+class ScoreHead(nn.Module):
+    """A decoder's sequence head as Hugging Face builds it (LlamaForSequenceClassification and the like): one
+    bias-free linear `score` read at the last real token (right padding: mask.sum() - 1)."""
+
+    note = "score: bias-free linear on the last real token"
+
+    def __init__(self, d: int, n_labels: int, pooling: str = "last", regression: bool = False):
+        super().__init__()
+        self.pooling, self.regression = pooling, regression
+        self.score = nn.Linear(d, n_labels, bias=False)
+
+    def forward(self, hidden, mask, labels=None, **_):
+        logits = self.score(pool(hidden, mask, self.pooling))
+        return HeadOutput(logits, sequence_loss(logits, labels, self.regression))
 
 
 class TokenHead(nn.Module):
@@ -224,12 +258,101 @@ class SpanHead(nn.Module):
 def make_head(task: DictConfig, model: DictConfig) -> nn.Module:
     d = model.hidden_size
     if task.type in ("cls", "pair"):
+        if is_regression(task):
+            return SequenceHead(d, 1, model.pooling, regression=True)
         return SequenceHead(d, len(task.label_names), model.pooling)
     if task.type == "ner":
         return TokenHead(d, len(task.label_names))
     if task.type == "qa":
         return SpanHead(d)
     raise ValueError(f"no head for task type {task.type!r}; valid: cls, pair, ner, qa")
+
+
+POOLER = ("pooler.dense.weight", "pooler.dense.bias")
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                "pytorch_model.bin.index.json")
+
+
+def checkpoint_pooler(model: DictConfig) -> dict[str, torch.Tensor] | None:
+    """A BERT-family checkpoint's pretrained pooler as {"weight", "bias"} of its dense layer, read from the weight
+    files alone (load_encoder builds the encoder without the pooler), or None where the checkpoint has none (a random
+    model; an asset saved as a bare encoder). Keys may carry the model prefix (`bert.pooler.dense.weight`)."""
+    if model.source == "config":
+        return None
+    from safetensors import safe_open
+    from transformers.utils import cached_file
+
+    path = weights_path(model)
+    found = None
+    for name in WEIGHT_FILES:
+        found = cached_file(path, name, _raise_exceptions_for_missing_entries=False,
+                            _raise_exceptions_for_connection_errors=False)
+        if found:
+            break
+    if not found:
+        raise FileNotFoundError(f"model={model.name}: none of {', '.join(WEIGHT_FILES)} in {path}")
+    files = [found]
+    if found.endswith(".index.json"):  # sharded: the index names the file that holds each tensor
+        weight_map = json.loads(Path(found).read_text())["weight_map"]
+        files = [cached_file(path, f) for f in sorted({f for k, f in weight_map.items() if _pooler_key(k)})]
+    out = {}
+    for f in files:
+        if f.endswith(".safetensors"):
+            with safe_open(f, "pt") as st:
+                out.update({_pooler_key(k): st.get_tensor(k).float() for k in st.keys() if _pooler_key(k)})
+        else:
+            state = torch.load(f, map_location="cpu", weights_only=True)
+            out.update({_pooler_key(k): v.float() for k, v in state.items() if _pooler_key(k)})
+    return out if set(out) == {"weight", "bias"} else None
+
+
+def _pooler_key(key: str) -> str | None:
+    """'weight' / 'bias' for the pooler's dense layer, bare or under one model prefix (bert.pooler...); else None."""
+    for full in POOLER:
+        if key == full or (key.endswith("." + full) and key.count(".") == full.count(".") + 1):
+            return full.rsplit(".", 1)[1]
+    return None
+
+
+def _hf_init(*layers: nn.Linear, std: float) -> None:
+    """A new linear layer as Hugging Face initialises it: weight ~ N(0, initializer_range), bias 0."""
+    for layer in layers:
+        nn.init.normal_(layer.weight, 0.0, std)
+        if layer.bias is not None:
+            nn.init.zeros_(layer.bias)
+
+
+def paper_head(model: DictConfig, config: PretrainedConfig, n_labels: int, regression: bool = False) -> nn.Module:
+    """The head Hugging Face's AutoModelForSequenceClassification puts on this backbone, new layers initialised as it
+    initialises them; its `note` says which it is (a run records it).
+      BERT (MiniLM, E5): the checkpoint's pretrained pooler (dense + tanh on the first token), dropout, a new
+        linear (BertForSequenceClassification). A checkpoint without pooler weights gets a new dense layer.
+      decoders (kind: causal): one bias-free linear `score` on the last real token.
+      RoBERTa and any other encoder: dropout, a new dense + tanh, dropout, a new linear on the first token
+        (RobertaClassificationHead, new in Hugging Face too).
+    Dropout is config.classifier_dropout, else hidden_dropout_prob, as Hugging Face's heads read it."""
+    d, std = config.hidden_size, getattr(config, "initializer_range", 0.02)
+    if model.get("kind") == "causal":
+        head = ScoreHead(d, n_labels, "last", regression)
+        _hf_init(head.score, std=std)
+        return head
+    dropout = getattr(config, "classifier_dropout", None)
+    dropout = getattr(config, "hidden_dropout_prob", 0.1) if dropout is None else dropout
+    if config.model_type != "bert":  # the architecture, not model.family (DistilBERT's configs say bert)
+        head = SequenceHead(d, n_labels, "cls", dropout, regression)
+        _hf_init(head.dense, head.out, std=std)
+        head.note = f"fresh dense+tanh+linear on the first token (RobertaClassificationHead; {config.model_type})"
+        return head
+    head = SequenceHead(d, n_labels, "cls", dropout, regression, pre_dropout=False)
+    _hf_init(head.dense, head.out, std=std)
+    pooler = checkpoint_pooler(model)
+    if pooler is None:
+        head.note = ("fresh pooler (random model, no checkpoint)" if model.source == "config"
+                     else "fresh pooler (checkpoint has none)")
+    else:
+        head.dense.load_state_dict(pooler)
+        head.note = "pretrained pooler + dropout + new linear (BertForSequenceClassification)"
+    return head
 
 
 class TaskModel(nn.Module):

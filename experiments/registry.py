@@ -49,8 +49,10 @@ METHODS: dict[str, Method] = {
     "eat_bench": Method("eat.bench:run", "eat", "eat.config:EatBenchConfig", version=2),
     # version 2: scalar mix sums in fp32 (bf16 no longer rounds small λ away); MNLI-mm scored on the mnli model
     # (eval_mismatched/*); GLUE checkpoints chosen on the paper's metric; eval/majority_f1_binary recorded
+    # version 3: a cls/pair task's head is the one HF's *ForSequenceClassification builds (method.head=paper: BERT's
+    # pretrained pooler, a decoder's bias-free score), not a fresh dense+tanh+linear; STS-B trains as a regression
     "layer_fusion": Method("layer_fusion.run:run", "layer_fusion", "layer_fusion.config:LayerFusionConfig",
-                           version=2),
+                           version=3),
     "layer_fusion_params": Method("layer_fusion.params:run", "layer_fusion",
                                   "layer_fusion.config:LayerFusionParamsConfig"),
     "layer_fusion_bench": Method("layer_fusion.bench:run", "layer_fusion",

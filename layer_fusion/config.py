@@ -16,6 +16,9 @@ FUSIONS = ("last", "mean", "scalar_mix", "concat", "dwatt", "deeper")
 # mismatched come from one model (mnli-mm: the mnli task's eval_mismatched split)
 PAPER_METRICS = {"rte": "accuracy", "mrpc": "f1_binary", "cola": "mcc", "stsb": "spearman", "sst2": "accuracy",
                  "qnli": "accuracy", "qqp": "f1_binary", "mnli": "accuracy", "mnli-mm": "accuracy"}
+# softmax(λ) entropy / log L at or above this: λ never left uniform, so P-32 is Avg.Pool and its weights say nothing
+LAMBDA_UNIFORM = 0.999
+HEADS = ("paper", "fresh")
 
 
 @dataclass
@@ -35,6 +38,10 @@ class LayerFusionConfig(MethodConfig):
     shots: int = 8  # fewshot: N; the run trains on N·C sentences, C = the task's entity types [D §5.2]
     classes: Optional[int] = None  # fewshot: C; null: the number of B- tags of the task
     evals_per_run: int = 10  # fewshot: dev evaluations spread over the budget (the paper does not say) [ours]
+    # cls/pair tasks: paper = the head HF's *ForSequenceClassification puts on the backbone [P §5.2] (BERT: its
+    # pretrained pooler + dropout + a new linear; RoBERTa: a new dense+tanh+linear; decoders: a bias-free linear on the
+    # last real token; experiments.models.paper_head); fresh = a new dense+tanh+linear on every backbone
+    head: str = "paper"
     truncate: Optional[int] = None  # p32 §5.1: keep only the first n blocks (the fusion then reads z_1..z_n)
     prenorm_handling: str = "as_is"  # decoders [P §5.1]: as_is (HF hidden_states) | norm_each | norm_pooled
     scalar_mix_init: float = 0.0  # λ at init: 0 = uniform = Avg.Pool at step 0 [P, ours]

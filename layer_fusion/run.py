@@ -25,11 +25,11 @@ from experiments.cached import Cached
 from experiments.context import RunContext
 from experiments.evaluate import evaluate
 from experiments.memo import Memo
-from experiments.models import SequenceHead, TokenHead, load_encoder, pool, tokenizer_fingerprint
+from experiments.models import SequenceHead, TokenHead, load_encoder, paper_head, pool, tokenizer_fingerprint
 from experiments.optim import own_lr
 from experiments.store import model_fingerprint
 from experiments.train import fit
-from layer_fusion.config import FUSIONS, PROTOCOLS, REGIMES
+from layer_fusion.config import FUSIONS, LAMBDA_UNIFORM, HEADS, PROTOCOLS, REGIMES
 from layer_fusion.fusion import DepthFusion, ExtraLayers, default_extra_layers, final_norm_of
 from layer_fusion.model import FusionModel, renorm_last
 
@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 def check(cfg: DictConfig) -> None:
     m, task, model = cfg.method, cfg.task, cfg.model
     for key, value, valid in (("protocol", m.protocol, PROTOCOLS), ("regime", m.regime, REGIMES),
-                              ("fusion", m.fusion, FUSIONS)):
+                              ("fusion", m.fusion, FUSIONS), ("head", m.head, HEADS)):
         if value not in valid:
             raise ValueError(f"method.{key}={value!r} is not one of {', '.join(valid)}")
     want = ("ner",) if m.protocol == "fewshot" else ("cls", "pair")
@@ -48,6 +48,12 @@ def check(cfg: DictConfig) -> None:
         raise ValueError(f"method.protocol={m.protocol} needs a {' or '.join(want)} task; task={task.name} is "
                          f"{task.type} (fewshot: e.g. task=wnut16; p32: task=rt-polarity, vitaminc, winogrande)")
     causal = model.get("kind") == "causal"
+    token = "last" if causal else "cls"
+    if m.head == "paper" and task.type in ("cls", "pair") and model.pooling != token:
+        # the frozen probe pools each block by model.pooling before the head: it must be the token HF's head reads
+        raise ValueError(f"method.head=paper reads {'the last real' if causal else 'the first'} token, as Hugging "
+                         f"Face's head does, but model.pooling={model.pooling} (model={model.name}): set "
+                         f"model.pooling={token}, or method.head=fresh")
     if m.fusion == "deeper" and causal:
         raise ValueError(f"method.fusion=deeper adds encoder blocks; model={model.name} is a decoder (the P-32 "
                          "paper has no deeper baseline): use last, mean, scalar_mix, concat or dwatt")
@@ -92,10 +98,13 @@ def build(cfg: DictConfig, backbone: nn.Module, n_labels: int, pooled: bool) -> 
     extra = None
     if m.fusion == "deeper":
         extra = ExtraLayers(backbone, m.extra_layers or default_extra_layers(cfg.model.num_layers))
+    regression = D.is_regression(cfg.task)
     if cfg.task.type == "ner":
         head = TokenHead(d, len(cfg.task.label_names))
+    elif m.head == "paper":  # pooled or not, it reads the one token HF's head reads (check() holds model.pooling to it)
+        head = paper_head(cfg.model, backbone.config, n_labels, regression)
     else:
-        head = SequenceHead(d, n_labels, "cls" if pooled else cfg.model.pooling)
+        head = SequenceHead(d, n_labels, "cls" if pooled else cfg.model.pooling, regression=regression)
     norm = final_norm_of(backbone)
     if norm is not None:
         norm.requires_grad_(False)
@@ -200,7 +209,7 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
         raw["train"] = raw["train"].select(sample)
         ctx.extra["sample"] = sample
     feats = {s: D.encode(raw[s], tok, task, n_len, train=(s == "train")) for s in ("train", "dev", *evals)}
-    n_labels = len(task.label_names)
+    n_labels = 1 if D.is_regression(task) else len(task.label_names)  # a regression: one output (HF num_labels=1)
     pooled = m.regime == "fe" and m.protocol == "p32"
     model = build(cfg, backbone, n_labels, pooled)
     apply_regime(cfg, model)
@@ -257,7 +266,10 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
            "time/train_s": result.train_s, "time/step_ms": result.step_ms, "time/features_s": features_s}
     # DWAtt Fig. 4's "converging in 30% of training time": the first evaluation at >= 90% of the best dev score
     peak = max(h[objective] for h in result.history)
-    out["train/to90_frac"] = next(h["step"] for h in result.history if h[objective] >= 0.9 * peak) / result.steps
+    # a correlation objective (spearman, mcc) can peak at or below 0, where 90% of the peak means nothing: no key
+    hit = next((h["step"] for h in result.history if peak > 0 and h[objective] >= 0.9 * peak), None)
+    if hit is not None:
+        out["train/to90_frac"] = hit / result.steps
     weights = model.fusion.layer_weights()
     if m.fusion == "scalar_mix":
         ctx.extra["lambda"] = model.fusion.lam.detach().cpu().tolist()
@@ -267,8 +279,14 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
         # P-32 Fig. 2 ("larger datasets put less weight on the first blocks"): the first quarter's weight above uniform
         early = -(-len(weights) // 4)
         out["lambda/early_excess"] = float(weights[:early].sum()) - early / len(weights)
+        # ...which is evidence only where λ moved: at uniform the share is noise around 0, so the claims read it from
+        # here, absent when λ did not learn (larger-data-less-early-weight*: not testable on such records)
+        if out["lambda/entropy_ratio"] < LAMBDA_UNIFORM:
+            ctx.extra["lambda_learned"] = {"early_excess": out["lambda/early_excess"]}
         out["train/examples"] = len(raw["train"])
     ctx.extra["prenorm_handling"] = m.prenorm_handling if cfg.model.get("kind") == "causal" else "post-LN (n/a)"
+    if task.type in ("cls", "pair"):  # which head the fusion feeds (method.head; paper: as HF builds it, or why not)
+        ctx.extra["head"] = model.head.note
     return out
 
 
