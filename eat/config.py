@@ -32,6 +32,9 @@ class EatConfig(MethodConfig):
     window: Optional[int] = 16  # ±16 positions + global [CLS] [P, R]; null: full attention
     anneal: str = "epoch"  # epoch: epoch e of E prunes p (e-1)/(E-1) (epoch 1 none) [P §4, R] | none: p throughout
     taus: list[float] = field(default_factory=lambda: [0.8, 0.85, 0.9, 0.95])  # swept on dev [P]
+    # ours: thresholds off the paper's grid, scored on eval for the frontier only (extra.frontier_extension, each
+    # point labelled); never chosen on dev, never the headline
+    extension_taus: list[float] = field(default_factory=list)
     tau_tolerance: float = 1.0  # ours: the smallest tau whose dev accuracy is within this many points of no exit
     patience: bool = False  # exit only when the patience head agrees [P §7]
     calibrate: bool = True  # temperature-scale the exit head on dev when its ECE exceeds ece_threshold [P §7.2]

@@ -73,6 +73,10 @@ def check(cfg: DictConfig) -> None:
         raise ValueError(f"method.anneal={m.anneal!r} is not one of epoch, none")
     if not m.taus or any(not 0 < t <= 1 for t in m.taus):
         raise ValueError(f"method.taus={list(m.taus)}: give thresholds in (0, 1]")
+    ext = list(m.get("extension_taus") or [])
+    if any(not 0 < t <= 1 for t in ext) or set(ext) & set(m.taus):
+        raise ValueError(f"method.extension_taus={ext}: give thresholds in (0, 1] that are not already in "
+                         f"method.taus={list(m.taus)}")
     if m.variant != "dense" and m.exit_layer is not None and m.exit_layer >= cfg.model.num_layers:
         raise ValueError(f"method.exit_layer={m.exit_layer} but model={cfg.model.name} has {cfg.model.num_layers} "
                          "layers: pick a layer below the last")
@@ -204,8 +208,17 @@ def train_arm(cfg: DictConfig, ctx: RunContext, data: Data) -> tuple[EatModel, d
 
 
 @torch.inference_mode()
-def predict(model: EatModel, feats, pad: int, batch_size: int, device, settings: Settings) -> dict[str, np.ndarray]:
-    """Logits, depth and retention per example, and (no exit) the exit head's logits."""
+def predict(model: EatModel, feats, pad: int, batch_size: int, device, settings: Settings,
+            batch1: bool = True) -> dict[str, np.ndarray]:
+    """Logits, depth and retention per example, and (no exit) the exit head's logits.
+
+    A batch-level exit (paper_code: "exit only when the whole batch is confident") is scored as the paper scored and
+    timed it, at batch 1 [P §6], where the batch is the example and the rule is the per-example one: computed on
+    batches of `batch_size` under that rule (the numbers of batch-1 passes, up to float rounding, at a fraction of the
+    time; tests/eat/test_run.py checks it against batch-1 passes). batch1=False scores the batch rule on batches of
+    `batch_size`, what a batched deployment of the official code computes."""
+    if batch1 and settings.exit_mode == "batch":
+        settings = replace(settings, exit_mode="example")
     rows = D.rows_of(feats)
     model.eval()
     out = {"logits": [], "depth": [], "retention": [], "exit_logits": []}
@@ -248,16 +261,28 @@ def calibrate(cfg: DictConfig, model: EatModel, dev: dict, evals: dict) -> dict[
 
 
 def choose_tau(cfg: DictConfig, model: EatModel, dev_feats, pad: int, base_acc: float,
-               device) -> tuple[float | None, dict]:
+               device) -> tuple[float | None, dict, str]:
     """The smallest swept tau (the most exits) whose dev accuracy stays within tau_tolerance points of no exit;
-    None (no exit) when none does."""
+    None (no exit) when none does. Also why: when every tau gives the same dev predictions and depths, no tau was
+    preferred over another, and the record says the lowest on the grid was taken for that reason."""
     m, s = cfg.method, model.settings
-    accs = {}
+    accs, seen = {}, []
     for tau in sorted(m.taus):
         p = predict(model, dev_feats, pad, cfg.hardware.eval_batch_size, device, replace(s, tau=tau))
         accs[tau] = _acc(p)
+        seen.append((p["logits"].argmax(1), p["depth"]))
     ok = [t for t in sorted(accs) if 100 * (accs[t] - base_acc) >= -m.tau_tolerance]
-    return (ok[0] if ok else None), accs
+    tau = ok[0] if ok else None
+    identical = len(seen) > 1 and all(np.array_equal(a, seen[0][0]) and np.array_equal(d, seen[0][1])
+                                      for a, d in seen[1:])
+    if identical:
+        why = ("all candidates identical on dev (the same predictions and depths at every tau): " +
+               (f"the lowest tau on the grid, {tau}" if tau is not None else "none within tau_tolerance, no exit"))
+    elif tau is not None:
+        why = f"the smallest tau whose dev accuracy is within {m.tau_tolerance} points of no exit"
+    else:
+        why = f"no tau within {m.tau_tolerance} points of no exit on dev: no exit"
+    return tau, accs, why
 
 
 def prepare(cfg: DictConfig, ctx: RunContext, data: Data | None = None):
@@ -274,11 +299,12 @@ def prepare(cfg: DictConfig, ctx: RunContext, data: Data | None = None):
     out = {"dev/accuracy_no_exit": _acc(dev), **calibrate(cfg, model, dev, evals)}
     if "exit_logits" in evals:  # is the exit head doing the task? (an exit head at the majority class exits nothing)
         out["eval/exit_head_accuracy"] = float((evals["exit_logits"].argmax(1) == evals["labels"]).mean())
-    tau, dev_accs = (None, {})
+    tau, dev_accs, why = None, {}, "no exit head"
     if model.exit_layer is not None and cfg.method.variant != "dense":
-        tau, dev_accs = choose_tau(cfg, model, dev_feats, pad, _acc(dev), ctx.device)
+        tau, dev_accs, why = choose_tau(cfg, model, dev_feats, pad, _acc(dev), ctx.device)
     model.settings = replace(s, tau=tau)
-    return data, model, info, {"tau": tau, "dev_accs": dev_accs, "no_exit": evals, "metrics": out}
+    return data, model, info, {"tau": tau, "dev_accs": dev_accs, "tau_choice": why, "no_exit": evals,
+                               "metrics": out}
 
 
 def score(p: dict, task: DictConfig) -> dict[str, float]:
@@ -288,15 +314,23 @@ def score(p: dict, task: DictConfig) -> dict[str, float]:
     return {f"eval/{k}": float(v) for k, v in out.items()}
 
 
+def _point(tau: float, p: dict) -> dict:
+    return {"tau": tau, "accuracy": _acc(p), "avg_depth": float(p["depth"].mean()),
+            "avg_retention": float(p["retention"].mean()),
+            "exit_hist": {int(d): int(n) for d, n in zip(*np.unique(p["depth"], return_counts=True))}}
+
+
 def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
     data, model, info, sel = prepare(cfg, ctx)
     ctx.tokenizer_fingerprint = tokenizer_fingerprint(data.tok)
     record_samples(cfg, ctx, data.raw, data.train, data.evals)
     pad, bs, m = data.tok.pad_token_id, cfg.hardware.eval_batch_size, cfg.method
-    swept = {}  # tau -> eval predictions; the chosen tau is one of them, and no exit was predicted in prepare()
+    swept, extension = {}, {}  # tau -> eval predictions; the chosen tau is one of swept, no exit came from prepare()
     if model.exit_layer is not None and m.variant != "dense":
         swept = {tau: predict(model, data.evals, pad, bs, ctx.device, replace(model.settings, tau=tau))
                  for tau in sorted(m.taus)}
+        extension = {tau: predict(model, data.evals, pad, bs, ctx.device, replace(model.settings, tau=tau))
+                     for tau in sorted(m.get("extension_taus") or [])}
     no_exit = sel["no_exit"]
     chosen = swept[sel["tau"]] if sel["tau"] in swept else no_exit
     metrics = {**score(chosen, cfg.task), **sel["metrics"],
@@ -305,18 +339,23 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
                "eat/tau": sel["tau"] if sel["tau"] is not None else float("nan"),
                "train/steps": info["steps"], "train/best_step": info["best_step"], "time/train_s": info["train_s"],
                "time/step_ms": info["step_ms"]}
-    frontier = [{"tau": tau, "accuracy": _acc(p), "avg_depth": float(p["depth"].mean()),
-                 "avg_retention": float(p["retention"].mean()), "dev_accuracy": sel["dev_accs"][tau],
-                 "exit_hist": {int(d): int(n) for d, n in zip(*np.unique(p["depth"], return_counts=True))}}
-                for tau, p in swept.items()]
+    frontier = [{**_point(tau, p), "dev_accuracy": sel["dev_accs"][tau]} for tau, p in swept.items()]
     ctx.per_example["eval"] = {"pred": chosen["logits"].argmax(1).tolist(), "label": chosen["labels"].tolist()}
     # the frontier as parallel arrays: what experiments.evidence.claims correlates (depth vs tau)
     curve = {k: [f[k] for f in frontier] for k in ("tau", "accuracy", "avg_depth", "avg_retention")}
     ctx.extra.update(history=info["history"], checkpoint_cached=info["cached"], frontier=frontier, curve=curve,
+                     tau_choice=sel["tau_choice"],
                      detail={"length": chosen["length"].tolist(), "retention": chosen["retention"].round(4).tolist(),
                              "depth": chosen["depth"].tolist()},
                      reliability={when: {k: v.tolist() for k, v in M.calibration_bins(
                          _probs(no_exit["exit_logits"], t), no_exit["labels"], m.ece_bins).items()}
                          for when, t in (("before", 1.0), ("after", float(model.temperature)))}
                      if "exit_logits" in no_exit else {})
+    if extension:  # off the paper's grid: labelled, never the headline
+        ctx.extra["frontier_extension"] = [{**_point(tau, p), "extension": True} for tau, p in extension.items()]
+    if model.settings.exit_mode == "batch" and sel["tau"] is not None:
+        # the headline is batch 1 (the paper's); the batch rule read on eval batches of `bs` for comparison
+        p = predict(model, data.evals, pad, bs, ctx.device, model.settings, batch1=False)
+        ctx.extra["batch_exit_at_eval_batch"] = {"batch_size": bs, **_point(sel["tau"], p)}
+    ctx.extra["exit_scored_at_batch"] = 1  # every exit above is what batch-1 inference computes
     return metrics

@@ -26,3 +26,11 @@ def test_a_bench_given_a_training_arm_is_refused():
     cfg, _ = compose_experiment("eat/ablation_cpu", "method.variant=dense")
     with pytest.raises(ValueError, match="training arms"):
         B.check(cfg)
+
+
+@pytest.mark.parametrize("exp", EAT)
+def test_every_experiment_chooses_tau_on_the_papers_grid(exp):
+    # [P]: tau in {0.80, 0.85, 0.90, 0.95}; anything else is a labelled extension (method.extension_taus)
+    cfg, _ = compose_experiment(exp)
+    assert list(cfg.method.taus) == [0.8, 0.85, 0.9, 0.95]
+    assert not set(cfg.method.get("extension_taus") or []) & {0.8, 0.85, 0.9, 0.95}

@@ -2,6 +2,7 @@
 trained weights are cached and reused (a corrupt cache is retrained, never read), bad configs are refused before any
 work, and the benchmark's ablation covers every subset of the three components."""
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -216,3 +217,62 @@ def test_the_patience_rule_builds_its_head_below_the_exit(smoke_cfg):
     bad = smoke_cfg("method=eat", *TINY, "method.patience=true", "method.patience_layer=3")
     with pytest.raises(ValueError, match=r"method.patience_layer=3 must be in 1..2 .*set method.patience_layer"):
         R.check(bad)
+
+
+def _feats(n=64, seed=0, vocab=100):
+    """n examples of 5..40 tokens as the runner's features ([CLS] = 2 first)."""
+    from datasets import Dataset
+    g = torch.Generator().manual_seed(seed)
+    ids = []
+    for _ in range(n):
+        t = int(torch.randint(5, 41, (1,), generator=g))
+        ids.append([2] + torch.randint(5, vocab, (t - 1,), generator=g).tolist())
+    return Dataset.from_dict({"input_ids": ids, "attention_mask": [[1] * len(r) for r in ids],
+                              "labels": torch.randint(0, 3, (n,), generator=g).tolist()})
+
+
+def test_the_batch_exit_rule_is_scored_at_batch_1():
+    # the paper scored (and timed) the official code at batch 1, where "exit only when the whole batch is confident"
+    # is a per-example exit; scored on batches of 64 nothing exits, a quantity the paper never measured
+    from eat.model import EatModel
+    from experiments import data as D
+    from tests.eat.test_model import bert, threshold
+    m = EatModel(bert(), 3, exit_layer=4).eval().double()
+    with torch.no_grad():
+        m.exit_classifier.weight.mul_(30)
+    feats = _feats()
+    paper = Settings(prune_rule="repo", prune_mode="mask", kernel="masked", exit_mode="batch", window=8)
+    conf = _softmax_max(R.predict(m, feats, 0, 64, torch.device("cpu"), paper)["exit_logits"])
+    tau, n_exit = threshold(conf, 8, 24)
+    s = replace(paper, tau=tau)  # about 3 in 4 examples are confident
+    by_one = []
+    with torch.no_grad(), m.using(s):
+        for row in D.rows_of(feats):
+            o = m(**{k: v for k, v in D.collate([row], 0).items() if k != "labels"})
+            by_one.append((o.logits[0], int(o.depth[0])))
+    scored = R.predict(m, feats, 0, 64, torch.device("cpu"), s)
+    assert scored["depth"].tolist() == [d for _, d in by_one]
+    assert (scored["depth"] == 4).sum() == n_exit
+    assert np.abs(scored["logits"] - torch.stack([z for z, _ in by_one]).numpy()).max() <= 1e-5  # fp32 out
+    batched = R.predict(m, feats, 0, 64, torch.device("cpu"), s, batch1=False)  # the batch rule on 64 at once
+    assert batched["depth"].tolist() == [6] * 64
+
+
+def _softmax_max(z):
+    return torch.softmax(torch.as_tensor(z), -1).amax(-1).numpy()
+
+
+def test_tau_chosen_among_identical_candidates_says_so():
+    from omegaconf import OmegaConf
+    from eat.model import EatModel
+    from tests.eat.test_model import bert
+    m = EatModel(bert(), 3, exit_layer=4).eval()
+    with torch.no_grad():
+        m.exit_classifier.weight.zero_()  # uniform: 1/3 < every tau, nothing ever exits
+    cfg = OmegaConf.create({"method": {"taus": [0.95, 0.8, 0.9], "tau_tolerance": 1.0},
+                            "hardware": {"eval_batch_size": 16}})
+    feats = _feats(20)
+    base = R._acc(R.predict(m, feats, 0, 16, torch.device("cpu"), m.settings))
+    tau, accs, why = R.choose_tau(cfg, m, feats, 0, base, torch.device("cpu"))
+    assert tau == 0.8 and set(accs) == {0.8, 0.9, 0.95}
+    assert why.startswith("all candidates identical on dev") and "lowest tau on the grid, 0.8" in why
