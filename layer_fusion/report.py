@@ -32,7 +32,7 @@ from experiments.evidence.tables import (SEED_INTERVAL, Estimate, Table, caps, f
                                          metric_cell, model_label, natural, paired_diff, pyplot, run_label, runs_of,
                                          save_figure, sections, seed_interval)
 from experiments.evidence.tables import config_value as _c
-from layer_fusion.config import PAPER_METRICS
+from layer_fusion.config import LAMBDA_UNIFORM, PAPER_METRICS
 
 GENERIC_TABLES = ()
 PAPER = "layer_fusion"
@@ -44,7 +44,6 @@ COLORS = {"deeper": "tab:gray", "last": "k", "mean": "tab:olive", "scalar_mix": 
 REGIMES = {"fe": "FE (frozen backbone)", "ft": "FT (full fine-tuning)", "lora": "LoRA"}
 P32_ARMS = (("last", "baseline"), ("scalar_mix", "p32"), ("mean", "avgpool"))  # our fusion, the paper's column
 P32_TASKS = tuple(PAPER_METRICS)  # Table 2's rows, in its order; its "Avg." is their unweighted mean [P §2]
-LAMBDA_UNIFORM = 0.999  # softmax(λ) entropy / log L at or above this: λ never left uniform, so P-32 is Avg.Pool
 CURVE_SHOTS = (8, 128)
 CURVE_EPOCHS = 50  # Fig. 4
 RUN_ALL = "`make layer_fusion-cpu` (the CPU tier; `make layer_fusion` at paper scale)"

@@ -65,7 +65,7 @@ def _p32(model, task, fusion, seed, regime):
         early = 0.12 - SIZES[task] * 1.5e-6 + 0.003 * seed  # more data, less weight on the first blocks
         lam = np.linspace(1.0, 0.0, L) * early
         w = np.exp(lam) / np.exp(lam).sum()
-        extra = {"lambda": lam.tolist(), "layer_weights": w.tolist()}
+        extra = {"lambda": lam.tolist(), "layer_weights": w.tolist(), "lambda_learned": {"early_excess": early}}
         m.update({"lambda/entropy_ratio": 0.99, "lambda/early_excess": early, "train/examples": SIZES[task]})
     return _rec("layer_fusion", model, task, seed, m, extra, {"train_examples": SIZES[task], "eval_examples": 500},
                 kind=kind, layers=L, exp_id="layer_fusion/p32_cpu", protocol="p32", regime=regime, fusion=fusion)
@@ -378,3 +378,15 @@ def test_params_compare_with_the_printed_table_and_our_derivation_apart(tmp_path
     ours = v["params-match-our-derivation"]
     assert ours.verdict == "holds" and all("paper" not in (o.shown or "") for o in ours.outcomes)
     assert ours.claim.where.startswith("ours")
+
+
+def test_lambda_at_uniform_leaves_the_early_weight_claims_not_testable(tmp_path):
+    """P-32 Fig. 2's reading needs λ to have moved: a run whose softmax(λ) stayed uniform records no
+    extra.lambda_learned, so the correlation is not testable rather than a verdict on noise."""
+    runs = [_p32(model, t, "scalar_mix", s, "fe") for model in ACC for t in SIZES for s in (0, 1)]
+    assert _verdicts(runs, tmp_path)["larger-data-less-early-weight-probe"].verdict == "holds"
+    for r in runs:  # what layer_fusion/run.py records when λ did not move
+        r["metrics"]["lambda/entropy_ratio"] = 0.99999
+        del r["extra"]["lambda_learned"]
+    row = _verdicts(runs, tmp_path)["larger-data-less-early-weight-probe"]
+    assert row.verdict == "not testable here" and "lambda_learned" in row.outcomes[0].reason

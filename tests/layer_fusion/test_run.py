@@ -101,6 +101,8 @@ def test_fewshot_record_carries_curve_best_and_new_parameters(fusion, smoke_cfg,
     if fusion == "scalar_mix":
         assert len(extra["lambda"]) == 4 and len(extra["lambda_trajectory"]) == 3
         assert sum(extra["layer_weights"]) == pytest.approx(1.0)
+        # the early-block share the claims read is recorded only where λ left uniform
+        assert ("lambda_learned" in extra) == (m["lambda/entropy_ratio"] < 0.999)
 
 
 def test_lambda_gets_its_own_learning_rate():
