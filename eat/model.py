@@ -116,6 +116,9 @@ class EatOutput:
     depth: torch.Tensor | None = None  # (B,) layers executed per example
     retention: torch.Tensor | None = None  # (B,) tokens left / tokens in, at the exit point
     layer_logits: dict[int, torch.Tensor] | None = None  # training: every head's logits, by layer
+    # trace=True: (B, L) per example and layer i (column i - 1); 0 where the example left before layer i
+    tokens_in: torch.Tensor | None = None  # token slots layer i computes (mask mode: every original valid slot)
+    tokens_kept: torch.Tensor | None = None  # valid tokens after layer i (after its pruning step, if any)
 
 
 class EatModel(nn.Module):
@@ -162,6 +165,12 @@ class EatModel(nn.Module):
             yield self
         finally:
             self.settings = old
+
+    def dims(self) -> dict:
+        """The encoder's shape, as FLOP counts need it."""
+        p = self._parts[0]
+        return {"layers": self.num_layers, "hidden": p.q.in_features, "intermediate": p.ffn_in.out_features,
+                "heads": self.heads}
 
     # -- one block ------------------------------------------------------------------------------------------------
     def _layer(self, p: _Parts, h, pos, valid, received: bool):
@@ -210,7 +219,8 @@ class EatModel(nn.Module):
         return (h * m).sum(1) / m.sum(1)
 
     # -- forward --------------------------------------------------------------------------------------------------
-    def forward(self, input_ids, attention_mask, token_type_ids=None, labels=None) -> EatOutput:
+    def forward(self, input_ids, attention_mask, token_type_ids=None, labels=None, trace: bool = False) -> EatOutput:
+        """trace=True also counts, per example and layer, the token slots computed and the tokens kept."""
         s = self.settings
         h = self._embed(input_ids, token_type_ids)
         B, T = input_ids.shape
@@ -223,13 +233,18 @@ class EatModel(nn.Module):
         depth = torch.full((B,), self.num_layers, device=h.device)
         left = n_in.clone()
         layer_logits, agree = {}, None
+        tokens = kept = None
+        if trace:
+            tokens, kept = (torch.zeros(B, self.num_layers, dtype=torch.long, device=h.device) for _ in range(2))
         for i, p in enumerate(self._parts, 1):
-            prune_here = s.prunes and i in s.prune_after
+            prune_here = s.prunes and i in s.prune_after  # never the last layer (check())
+            if trace:  # zero-masked tokens keep their slots: the layer still computes them
+                tokens[rows, i - 1] = n_in[rows] if s.prune_mode == "mask" else valid.sum(1)
             h, mass = self._layer(p, h, pos, valid, prune_here and s.scorer == "attention")
-            if i == self.num_layers:
-                break
             if prune_here:  # before the heads of this layer read it, as the official code orders them [R]
                 h, pos, valid = self._prune(h, pos, valid, mass)
+            if trace:
+                kept[rows, i - 1] = valid.sum(1)
             if i == self.patience_layer:
                 z = self.patience_classifier(self.pool(h, valid))
                 layer_logits[i] = z
@@ -248,7 +263,8 @@ class EatModel(nn.Module):
                         logits[at], depth[at], left[at] = z[done].to(logits.dtype), i, valid[done].sum(1)
                         live = ~done
                         if not live.any():
-                            return EatOutput(logits, depth=depth, retention=left / n_in)
+                            return EatOutput(logits, depth=depth, retention=left / n_in, tokens_in=tokens,
+                                             tokens_kept=kept)
                         rows, h, pos, valid = rows[live], h[live], pos[live], valid[live]
                         if s.prune_mode == "remove":  # drop the padding the exited rows needed
                             t = int(valid.sum(1).max())
@@ -262,7 +278,7 @@ class EatModel(nn.Module):
             if self.training:
                 for zl in layer_logits.values():
                     loss = loss + self.exit_weight * F.cross_entropy(zl.float(), labels)
-        return EatOutput(logits, loss, depth, left / n_in, {**layer_logits, self.num_layers: z})
+        return EatOutput(logits, loss, depth, left / n_in, {**layer_logits, self.num_layers: z}, tokens, kept)
 
 
 def distillation_loss(student: torch.Tensor, teacher: torch.Tensor, temperature: float, mu: float) -> torch.Tensor:

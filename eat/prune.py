@@ -53,3 +53,14 @@ def gather_rows(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
 def l2_scores(h: torch.Tensor) -> torch.Tensor:
     """s_i = ||h_i||_2 [P Algorithm 1]."""
     return h.float().norm(dim=-1)
+
+
+def scheduled_retention(t: int, prune_after, ratio: float, rule: str, layers: int) -> list[float]:
+    """The keep rule's schedule for an input of t valid tokens: the share of them left after each layer 1..layers
+    (after that layer's pruning step, if any): 1, 1, 0.7, 0.7, 0.49, 0.49 in the limit of long inputs [P Fig. 2]."""
+    out, n = [], t
+    for i in range(1, layers + 1):
+        if ratio > 0 and i in prune_after:
+            n = int(keep_count(n, ratio, rule))
+        out.append(n / t)
+    return out

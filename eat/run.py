@@ -21,6 +21,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from eat import calibration as C
+from eat import prune as P
 from eat.config import VARIANTS
 from eat.model import Distilled, EatModel, Settings
 from experiments import data as D
@@ -35,8 +36,8 @@ from experiments.store import model_fingerprint
 from experiments.train import fit
 
 log = logging.getLogger(__name__)
-TRAINING_KEYS = ("variant", "exit_layer", "patience_layer", "exit_weight", "pooling", "prune_after", "prune_ratio", "prune_rule",
-                 "scorer", "window", "anneal", "distill", "distill_temperature", "distill_mu")
+TRAINING_KEYS = ("variant", "exit_layer", "patience_layer", "exit_weight", "pooling", "prune_after", "prune_ratio",
+                 "prune_rule", "scorer", "window", "anneal", "distill", "distill_temperature", "distill_mu")
 # bump when training semantics change: old checkpoints are then never read (2: an arm's training is seeded by its
 # own config, no longer by whatever ran before it in the process; 3: no patience head unless patience=true, so the
 # loss is Eq. 1, and layer 4 prunes before its exit head reads it)
@@ -221,20 +222,46 @@ def predict(model: EatModel, feats, pad: int, batch_size: int, device, settings:
         settings = replace(settings, exit_mode="example")
     rows = D.rows_of(feats)
     model.eval()
-    out = {"logits": [], "depth": [], "retention": [], "exit_logits": []}
+    out = {"logits": [], "depth": [], "retention": [], "exit_logits": [], "tokens_in": [], "tokens_kept": []}
     with model.using(settings):
         for i in range(0, len(rows), batch_size):
             b = {k: v.to(device) for k, v in D.collate(rows[i:i + batch_size], pad).items() if k != "labels"}
-            o = model(**b)
+            o = model(**b, trace=True)
             out["logits"].append(o.logits.float().cpu())
             out["depth"].append(o.depth.cpu())
             out["retention"].append(o.retention.float().cpu())
+            out["tokens_in"].append(o.tokens_in.cpu())
+            out["tokens_kept"].append(o.tokens_kept.cpu())
             if settings.tau is None and model.exit_layer is not None:
                 out["exit_logits"].append(o.layer_logits[model.exit_layer].float().cpu())
     res = {k: torch.cat(v).numpy() for k, v in out.items() if v}
     res["labels"] = np.asarray(feats["labels"])
     res["length"] = np.asarray([len(r["input_ids"]) for r in rows])
     return res
+
+
+def layer_stats(p: dict, s: Settings) -> list[dict]:
+    """Per encoder layer i: the share of examples that compute it, the mean token slots it computes per such example,
+    their mean share of the example's own tokens left after layer i's pruning (observed) and the keep rule's share
+    at the mean input length (scheduled; Fig. 2's two series). From predict()'s counts; None where nobody runs."""
+    tokens, kept = p["tokens_in"], p["tokens_kept"]
+    n = tokens[:, 0].astype(float)  # every example computes layer 1 on all its tokens
+    sched = P.scheduled_retention(max(1, int(round(n.mean()))), s.prune_after, s.prune_ratio, s.prune_rule,
+                                  tokens.shape[1])
+    out = []
+    for i in range(tokens.shape[1]):
+        on = tokens[:, i] > 0
+        out.append({"layer": i + 1, "running": float(on.mean()),
+                    "tokens_in": float(tokens[on, i].mean()) if on.any() else None,
+                    "retention_observed": float((kept[on, i] / n[on]).mean()) if on.any() else None,
+                    "retention_scheduled": sched[i]})
+    return out
+
+
+def shape_of(p: dict, model: EatModel, s: Settings) -> dict:
+    """extra.layers, extra.seq_len_mean and extra.model_dims of predictions `p` made under settings `s`."""
+    return {"layers": layer_stats(p, s), "seq_len_mean": float(p["tokens_in"][:, 0].mean()),
+            "model_dims": {**model.dims(), "window": s.window}}
 
 
 def _probs(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
@@ -358,4 +385,5 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
         p = predict(model, data.evals, pad, bs, ctx.device, model.settings, batch1=False)
         ctx.extra["batch_exit_at_eval_batch"] = {"batch_size": bs, **_point(sel["tau"], p)}
     ctx.extra["exit_scored_at_batch"] = 1  # every exit above is what batch-1 inference computes
+    ctx.extra.update(shape_of(chosen, model, model.settings))  # per layer, at the headline tau on eval
     return metrics

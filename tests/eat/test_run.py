@@ -38,6 +38,10 @@ def test_every_arm_runs_and_reports_the_papers_columns(variant, smoke_cfg, tmp_p
         assert "calib/ece_eval_before" in rec and rec["calib/temperature"] > 0
     pe = m["per_example"]["eval"]
     assert np.mean(np.asarray(pe["pred"]) == np.asarray(pe["label"])) == pytest.approx(rec["eval/accuracy"])
+    ex = m["extra"]
+    assert [d["layer"] for d in ex["layers"]] == [1, 2, 3, 4] and ex["layers"][0]["running"] == 1.0
+    assert ex["model_dims"]["layers"] == 4 and ex["seq_len_mean"] > 0 and isinstance(ex["tau_choice"], str)
+    assert np.mean([d["running"] for d in ex["layers"]]) == pytest.approx(rec["eval/avg_depth"] / 4)
 
 
 def test_trained_weights_are_cached_and_a_corrupt_cache_is_retrained(smoke_cfg, tmp_path):
@@ -276,3 +280,43 @@ def test_tau_chosen_among_identical_candidates_says_so():
     tau, accs, why = R.choose_tau(cfg, m, feats, 0, base, torch.device("cpu"))
     assert tau == 0.8 and set(accs) == {0.8, 0.9, 0.95}
     assert why.startswith("all candidates identical on dev") and "lowest tau on the grid, 0.8" in why
+
+
+def _keep(t):
+    """The paper rule by hand, in integers: [CLS] + ceil(0.7 (t - 1)) others."""
+    return 1 + (7 * (t - 1) + 9) // 10
+
+
+@pytest.mark.parametrize("mode,kernel", [("remove", "banded"), ("mask", "masked")])
+def test_per_layer_statistics_match_a_hand_count(mode, kernel):
+    # the contract eat/report.py (Fig. 2) and eat/flops.py read: extra.layers, one dict per encoder layer
+    from eat.model import EatModel
+    from tests.eat.test_model import bert, threshold
+    m = EatModel(bert(), 3, exit_layer=4).eval().double()
+    with torch.no_grad():
+        m.exit_classifier.weight.mul_(30)
+    feats = _feats(40, seed=1)
+    s = Settings(window=8, prune_mode=mode, kernel=kernel)
+    tau, n_exit = threshold(_softmax_max(R.predict(m, feats, 0, 16, torch.device("cpu"), s)["exit_logits"]), 15, 30)
+    s = replace(s, tau=tau)  # some exit after layer 4, the others run on
+    p = R.predict(m, feats, 0, 16, torch.device("cpu"), s)
+    stats = R.layer_stats(p, s)
+    n = np.asarray([len(r) for r in feats["input_ids"]])
+    k2 = np.asarray([_keep(t) for t in n])
+    k4 = np.asarray([_keep(t) for t in k2])
+    full = p["depth"] == 6
+    assert (~full).sum() == n_exit and 0 < n_exit < 40
+    slots = {"remove": [n, n, k2, k2, k4, k4], "mask": [n] * 6}[mode]
+    left = [n, k2, k2, k4, k4, k4]
+    t = int(round(n.mean()))
+    sched = [1, _keep(t) / t, _keep(t) / t, _keep(_keep(t)) / t, _keep(_keep(t)) / t, _keep(_keep(t)) / t]
+    assert [d["layer"] for d in stats] == [1, 2, 3, 4, 5, 6]
+    for i, d in enumerate(stats):
+        on = full if i >= 4 else np.ones(40, bool)
+        assert d["running"] == pytest.approx(on.mean())
+        assert d["tokens_in"] == pytest.approx(slots[i][on].mean())
+        assert d["retention_observed"] == pytest.approx((left[i][on] / n[on]).mean())
+        assert d["retention_scheduled"] == pytest.approx(sched[i])
+    shape = R.shape_of(p, m, s)
+    assert shape["seq_len_mean"] == pytest.approx(n.mean())
+    assert shape["model_dims"] == {"layers": 6, "hidden": 32, "intermediate": 64, "heads": 4, "window": 8}
