@@ -3,10 +3,14 @@
   latency  Every contender runs on each timed eval example in turn (A B C ... per example, after warm-up examples), at
            batch 1 without padding: p50/p90/p99 per contender, and the speed-up of each over the faster of the two
            dense paths (our layer loop, the Hugging Face forward) with a bootstrap interval over the timed examples.
-           Then throughput at `batch_size`, interleaved passes. Contenders: dense, every subset of {prune, window,
-           exit} on the trained EAT weights (the ablation the paper lacks), the paper-code mode (zero-masking, dense
-           window mask, batch exit) and the shallower baseline model. Accuracy of each contender on the whole eval
-           split, with a paired bootstrap interval of its difference to the dense arm.
+           Then throughput at `batch_size`, interleaved passes. The paper averages 3 timing runs with different
+           seeds [P §6]: each of `timing_seeds` draws its own random timed examples and order (and warm-up), the
+           percentiles and intervals pool the seeds' examples, the mean latency and throughput are the mean of the
+           per-seed values (each seed's in extra.per_seed). Contenders: dense, every subset of {prune, window, exit}
+           on the trained EAT weights (the ablation the paper lacks), the paper-code mode (zero-masking, dense window
+           mask, batch exit) and the shallower baseline model. Accuracy of each contender on the whole eval split,
+           with a paired bootstrap interval of its difference to the dense arm.
+  length   The same at length (zero-shot long documents), each timing seed timing its own random share of them.
   scaling  Forward time of one sequence of T real tokens (English Wikipedia) for T = 512 ... 4,096 on a random-init
            encoder of `scaling_shape`: dense vs window only vs EAT (pruning + banded window) vs paper-code; log-log
            slopes, with bootstrap intervals over the timed repeats.
@@ -17,7 +21,7 @@ import itertools
 import logging
 import statistics
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -33,7 +37,7 @@ from experiments.timing import sync
 
 log = logging.getLogger(__name__)
 COMPONENTS = ("prune", "window", "exit")
-BATCH_EXIT = ("paper_code",)  # contenders whose exit rule reads the whole batch
+FULL = "eat:prune+window+exit"  # the contender whose per-layer statistics are extra.layers
 LONG_BATCH = 8  # length: documents of up to 512 tokens per scoring batch
 
 
@@ -65,23 +69,27 @@ def _hf_dense(model: EatModel):
     return forward
 
 
-def _contenders(dense: EatModel, eat: EatModel, base: EatModel | None) -> dict[str, tuple]:
-    """name -> (callable(batch) -> logits, depth, retention) in timing order."""
-    def ours(model: EatModel, s: Settings):
-        def forward(b):
-            with model.using(s):
-                o = model(**b)
-            return o.logits, o.depth, o.retention
-        return forward
+@dataclass(frozen=True)
+class Arm:
+    """A contender: `model` under `settings` (our layer loop), or with settings None the Hugging Face forward."""
+    model: EatModel
+    settings: Settings | None = None
 
-    hf = _hf_dense(dense)
-    out = {"dense_hf": lambda b: (hf(**b), None, None), "dense": ours(dense, dense.settings)}
+    def __call__(self, b):
+        if self.settings is None:
+            return _hf_dense(self.model)(**b)
+        with self.model.using(self.settings):
+            return self.model(**b)
+
+
+def _contenders(dense: EatModel, eat: EatModel, base: EatModel | None) -> dict[str, Arm]:
+    """name -> Arm, in timing order."""
+    out = {"dense_hf": Arm(dense), "dense": Arm(dense, dense.settings)}
     s = eat.settings
-    out.update({name: ours(eat, t) for name, t in ablation(s).items()})
-    paper = replace(s, prune_rule="repo", prune_mode="mask", kernel="masked", exit_mode="batch")
-    out["paper_code"] = ours(eat, paper)
+    out.update({name: Arm(eat, t) for name, t in ablation(s).items()})
+    out["paper_code"] = Arm(eat, replace(s, prune_rule="repo", prune_mode="mask", kernel="masked", exit_mode="batch"))
     if base is not None:
-        out["baseline"] = ours(base, base.settings)
+        out["baseline"] = Arm(base, base.settings)
     return out
 
 
@@ -127,24 +135,25 @@ def _trained(cfg: DictConfig, ctx: RunContext, data: R.Data, baseline: bool = Tr
     return dense, eat, base, sel
 
 
-def _scores(contenders, rows, labels, batch_size, pad, dev, layers: int) -> tuple[dict, dict]:
-    """Accuracy (percent), depth and retention of every contender over `rows`, and each contender's per-example
-    correctness: batched, except the batch-exit contenders, scored at batch 1 as they are timed (at batch 1 the
-    official batch rule is a per-example exit; at batch 32 it rarely exits, as the paper's bs = 32 rows show)."""
-    correct, out = {}, {}
-    for name, fn in contenders.items():
-        preds, depth, ret = [], [], []
-        bs = 1 if name in BATCH_EXIT else batch_size  # batch exit: what it computes depends on the batch
-        for i in range(0, len(rows), bs):
-            lg, d, r = fn(_batch(rows[i:i + bs], pad, dev))
-            preds.append(lg.argmax(-1).cpu())
-            depth.append(d.cpu() if d is not None else torch.full((len(lg),), layers))
-            ret.append(r.float().cpu() if r is not None else torch.ones(len(lg)))
-        correct[name] = (torch.cat(preds).numpy() == labels).astype(float)
+def _scores(contenders: dict[str, Arm], feats, batch_size, pad, dev, layers: int) -> tuple[dict, dict, dict]:
+    """Accuracy (percent), depth and retention of every contender over `feats`, each contender's per-example
+    correctness, and our loop's predictions (eat.run.predict: per-layer counts too). A batch-exit contender is scored
+    at batch 1, as it is timed (eat.run.predict: at batch 1 the official batch rule is a per-example exit; at batch
+    32 it rarely exits, as the paper's bs = 32 rows show)."""
+    rows, labels = D.rows_of(feats), np.asarray(feats["labels"])
+    correct, out, preds = {}, {}, {}
+    for name, arm in contenders.items():
+        if arm.settings is None:
+            lg = torch.cat([arm(_batch(rows[i:i + batch_size], pad, dev)).float().cpu()
+                            for i in range(0, len(rows), batch_size)])
+            p = {"logits": lg.numpy(), "depth": np.full(len(rows), layers), "retention": np.ones(len(rows))}
+        else:
+            p = preds[name] = R.predict(arm.model, feats, pad, batch_size, dev, arm.settings)
+        correct[name] = (p["logits"].argmax(-1) == labels).astype(float)
         out[f"acc/{name}"] = 100 * float(correct[name].mean())
-        out[f"depth/{name}"] = float(torch.cat(depth).float().mean())
-        out[f"retention/{name}"] = float(torch.cat(ret).mean())
-    return out, correct
+        out[f"depth/{name}"] = float(np.mean(p["depth"]))
+        out[f"retention/{name}"] = float(np.mean(p["retention"]))
+    return out, correct, preds
 
 
 def _batch1(contenders, rows, warmup: int, pad, dev) -> dict[str, np.ndarray]:
@@ -160,6 +169,46 @@ def _batch1(contenders, rows, warmup: int, pad, dev) -> dict[str, np.ndarray]:
             if j >= warmup:
                 lat[name].append(1e3 * (time.perf_counter() - t0))
     return {k: np.asarray(v) for k, v in lat.items()}
+
+
+def _throughput(contenders, rows, batch_size: int, rounds: int, pad, dev) -> dict[str, float]:
+    """Examples per second at `batch_size`: the median of `rounds` interleaved passes over `rows` (after one more)."""
+    batches = [_batch(rows[i:i + batch_size], pad, dev) for i in range(0, len(rows), batch_size)]
+    passes = {name: [] for name in contenders}
+    for r in range(rounds + 1):
+        for name, fn in contenders.items():
+            sync(dev)
+            t0 = time.perf_counter()
+            for b in batches:
+                fn(b)
+            sync(dev)
+            if r:
+                passes[name].append(time.perf_counter() - t0)
+    return {name: len(rows) / statistics.median(ts) for name, ts in passes.items()}
+
+
+def _seeded(rows: list[dict], warmup: int, n: int, seeds) -> list[tuple[int, list[dict]]]:
+    """Per timing seed: its own `warmup` + `n` rows in its own random order."""
+    return [(sd, [rows[i] for i in np.random.default_rng(sd).permutation(len(rows))[:warmup + n]]) for sd in seeds]
+
+
+def _pooled(runs: dict[int, dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """The seeds' batch-1 latencies one after another (still paired across contenders: the same examples)."""
+    names = next(iter(runs.values()))
+    return {k: np.concatenate([lat[k] for lat in runs.values()]) for k in names}
+
+
+def _seed_means(out: dict, runs: dict[int, dict[str, np.ndarray]]) -> dict:
+    """The mean latency as the paper reports it, the average of the timing runs' means [P §6] (and their sd over
+    seeds); -> each seed's mean and p50 per contender (extra.per_seed)."""
+    names = next(iter(runs.values()))
+    per_seed = {k: {"seeds": list(runs), "mean_ms": [float(lat[k].mean()) for lat in runs.values()],
+                    "p50_ms": [float(np.median(lat[k])) for lat in runs.values()]} for k in names}
+    for k, d in per_seed.items():
+        out[f"latency/{k}_mean_ms"] = float(np.mean(d["mean_ms"]))
+        if len(runs) > 1:
+            out[f"latency/{k}_mean_ms_seed_sd"] = float(np.std(d["mean_ms"], ddof=1))
+    return per_seed
 
 
 def _speed(out: dict, lat: dict, correct: dict, n_boot: int, seed: int) -> tuple[dict, str]:
@@ -186,15 +235,24 @@ def _best_on_dev(cfg, data, contenders, pad, dev, layers: int) -> tuple[str | No
     if data.dev is None:
         return None, {}
     subsets = {k: v for k, v in contenders.items() if k.startswith("eat:") or k == "dense"}
-    rows = D.rows_of(data.dev)
-    acc, _ = _scores(subsets, rows, np.asarray(data.dev["labels"]), cfg.hardware.eval_batch_size, pad, dev, layers)
-    n = min(len(rows), m.n_dev_latency)
+    acc, _, _ = _scores(subsets, data.dev, cfg.hardware.eval_batch_size, pad, dev, layers)
+    n = min(len(data.dev), m.n_dev_latency)
     lat = _batch1(subsets, _rows(data.dev, n, cfg.seed + 1), min(m.warmup, n // 4), pad, dev)
     table = {k: {"acc": acc[f"acc/{k}"], "p50_ms": float(np.median(lat[k]))} for k in subsets}
     ok = [k for k in subsets if k != "dense" and table[k]["acc"] - table["dense"]["acc"] >= -m.tau_tolerance]
     best = min(ok, key=lambda k: table[k]["p50_ms"]) if ok else None
     log.info("best EAT setting on dev: %s (%s)", best, table)
     return best, table
+
+
+def _layers(preds: dict, contenders: dict[str, Arm], name: str = FULL) -> dict:
+    """extra.layers (of contender `name`, the one the paper's Fig. 2 shows), extra.layers_by_contender (every
+    contender through our loop), extra.seq_len_mean and extra.model_dims."""
+    if name not in preds:
+        return {}
+    arm = contenders[name]
+    return {**R.shape_of(preds[name], arm.model, arm.settings), "layers_of": name,
+            "layers_by_contender": {k: R.layer_stats(p, contenders[k].settings) for k, p in preds.items()}}
 
 
 def latency(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
@@ -208,41 +266,40 @@ def latency(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
     dense, eat, base, sel = _trained(cfg, ctx, data)
     pad = data.tok.pad_token_id
     contenders = _contenders(dense, eat, base)
-    timed = _rows(data.evals, m.warmup + m.n_latency, cfg.seed)
     with torch.inference_mode():
         best, on_dev = _best_on_dev(cfg, data, contenders, pad, dev, dense.num_layers)
-        if best is not None:
-            contenders["eat:best"] = contenders[best]  # timed and scored on eval as a contender of its own
-        out, correct = _scores(contenders, rows, np.asarray(data.evals["labels"]), cfg.hardware.eval_batch_size,
-                               pad, dev, dense.num_layers)
-        lat = _batch1(contenders, timed, m.warmup, pad, dev)
-        reps, ref = _speed(out, lat, correct, m.bootstrap, cfg.seed)
-        # throughput at batch_size: interleaved passes over the timed examples (round 0 warms up)
-        batches = [_batch(timed[m.warmup:][i:i + m.batch_size], pad, dev) for i in range(0, m.n_latency, m.batch_size)]
-        passes = {name: [] for name in contenders}
-        for r in range(m.throughput_rounds + 1):
-            for name, fn in contenders.items():
-                sync(dev)
-                t0 = time.perf_counter()
-                for b in batches:
-                    fn(b)
-                sync(dev)
-                if r:
-                    passes[name].append(time.perf_counter() - t0)
-    for name, ts in passes.items():
-        out[f"throughput/{name}_per_s"] = m.n_latency / statistics.median(ts)
+        out, correct, preds = _scores(contenders, data.evals, cfg.hardware.eval_batch_size, pad, dev,
+                                      dense.num_layers)
+        if best is not None:  # timed and scored on eval as a contender of its own (its scores are best's)
+            contenders["eat:best"] = contenders[best]
+            correct["eat:best"] = correct[best]
+            out.update({f"{k}/eat:best": out[f"{k}/{best}"] for k in ("acc", "depth", "retention")})
+        runs, throughput = {}, {}
+        for sd, timed in _seeded(rows, m.warmup, m.n_latency, m.timing_seeds):
+            runs[sd] = _batch1(contenders, timed, m.warmup, pad, dev)
+            throughput[sd] = _throughput(contenders, timed[m.warmup:], m.batch_size, m.throughput_rounds, pad, dev)
+    lat = _pooled(runs)
+    reps, ref = _speed(out, lat, correct, m.bootstrap, cfg.seed)
+    per_seed = _seed_means(out, runs)  # replaces _speed's pooled mean
+    for name in contenders:
+        per_seed[name]["throughput_per_s"] = [throughput[sd][name] for sd in runs]
+        out[f"throughput/{name}_per_s"] = float(np.mean(per_seed[name]["throughput_per_s"]))
     out["eat/tau"] = eat.settings.tau if eat.settings.tau is not None else float("nan")
     out["calib/temperature"] = float(eat.temperature)
     ctx.extra.update(replicates=reps, reference=ref, contenders=list(contenders), tau_dev_accs=sel["dev_accs"],
-                     best_setting=best, best_on_dev=on_dev,
-                     latency_ms={k: v.round(4).tolist() for k, v in lat.items()})
-    ctx.n_samples.update(timed=m.n_latency, warmup=m.warmup, eval_examples=len(rows), batch_size=m.batch_size)
+                     tau_choice=sel["tau_choice"], best_setting=best, best_on_dev=on_dev, timing_seeds=list(runs),
+                     per_seed=per_seed, latency_ms={k: v.round(4).tolist() for k, v in lat.items()},
+                     **_layers(preds, contenders))
+    ctx.n_samples.update(timed=m.n_latency * len(runs), timed_per_seed=m.n_latency, timing_seeds=len(runs),
+                         warmup=m.warmup, eval_examples=len(rows), batch_size=m.batch_size)
     return out
 
 
 def length(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
     """Accuracy and batch-1 speed at length: the arms trained on `task` (short snippets) read `method.long_task`'s
-    eval documents (full movie reviews, up to its max_length) zero-shot; the same labels, another length regime."""
+    eval documents (full movie reviews, up to its max_length) zero-shot; the same labels, another length regime.
+    Each timing seed times its own random share of the documents (1/len(timing_seeds) of them after its warm-up:
+    three seeds cost about what one pass over every document did)."""
     m, dev = cfg.method, ctx.device
     long_task = load_group("task", m.long_task, TaskConfig, "method.long_task")  # refused before any training
     if len(long_task.label_names) != len(cfg.task.label_names):
@@ -254,23 +311,27 @@ def length(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
     raw = D.load_splits(long_task, OmegaConf.merge(cfg.data, {"limit_eval": m.n_long, "max_length": None}))
     feats = D.encode(raw["eval"], data.tok, long_task, long_task.max_length, train=False)
     pad = data.tok.pad_token_id
-    s = eat.settings
     contenders = {k: v for k, v in _contenders(dense, eat, None).items()
-                  if k in ("dense", "dense_hf", "eat:window", "eat:prune+window", "eat:prune+window+exit",
-                           "paper_code")}
+                  if k in ("dense", "dense_hf", "eat:window", "eat:prune+window", FULL, "paper_code")}
     rows = D.rows_of(feats)
+    warmup = min(m.warmup, len(rows) // 4)
+    share = max(1, (len(rows) - warmup) // len(m.timing_seeds))
     with torch.inference_mode():
-        out, correct = _scores(contenders, rows, np.asarray(feats["labels"]), LONG_BATCH, pad, dev,
-                               dense.num_layers)
-        lat = _batch1(contenders, rows, min(m.warmup, len(rows) // 4), pad, dev)
-        reps, ref = _speed(out, lat, correct, m.bootstrap, cfg.seed)
-        detail = R.predict(eat, feats, pad, LONG_BATCH, dev, s)
+        out, correct, preds = _scores(contenders, feats, LONG_BATCH, pad, dev, dense.num_layers)
+        runs = {sd: _batch1(contenders, timed, warmup, pad, dev)
+                for sd, timed in _seeded(rows, warmup, share, m.timing_seeds)}
+    lat = _pooled(runs)
+    reps, ref = _speed(out, lat, correct, m.bootstrap, cfg.seed)
+    per_seed = _seed_means(out, runs)  # replaces _speed's pooled mean
+    detail = preds[FULL]
     out["long/tokens_mean"] = float(np.mean([len(r["input_ids"]) for r in rows]))
     out = {f"long/{k}" if not k.startswith("long/") else k: v for k, v in out.items()}
     ctx.extra.update(replicates={f"long/{k}": v for k, v in reps.items()}, reference=ref, contenders=list(contenders),
+                     timing_seeds=list(runs), per_seed=per_seed,
                      detail={"length": detail["length"].tolist(), "retention": detail["retention"].round(4).tolist(),
-                             "depth": detail["depth"].tolist()})
-    ctx.n_samples.update(long_examples=len(rows), max_length=long_task.max_length)
+                             "depth": detail["depth"].tolist()}, **_layers(preds, contenders))
+    ctx.n_samples.update(long_examples=len(rows), max_length=long_task.max_length, timed=share * len(runs),
+                         timed_per_seed=share, timing_seeds=len(runs))
     return out
 
 
@@ -348,6 +409,10 @@ def check(cfg: DictConfig) -> None:
     if cfg.method.variant not in VARIANTS:
         raise ValueError(f"method.variant={cfg.method.variant!r} is not one of {', '.join(VARIANTS)} for "
                          "method=eat_bench (the training arms dense | eat | paper_code are method=eat's)")
+    seeds = list(cfg.method.timing_seeds)
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ValueError(f"method.timing_seeds={seeds}: give one or more distinct seeds (the paper averages three "
+                         "timing runs: [0, 1, 2])")
     if cfg.method.variant != "scaling":
         R.check(_arm(cfg, "eat"))
 

@@ -117,6 +117,15 @@ def test_latency_bench_times_every_contender(pooling, smoke_cfg, tmp_path):
     best = rec["extra"]["best_setting"]  # chosen on dev among the component subsets (None: none within tolerance)
     assert best is None or (best.startswith("eat:") and m["acc/eat:best"] == m[f"acc/{best}"])
     assert len(rec["extra"]["replicates"]["delta_acc/dense"]) == 50
+    # three timing seeds of 6 examples each; the mean latency is the mean of the seeds' means
+    ex = rec["extra"]
+    assert ex["timing_seeds"] == [0, 1, 2] and rec["n_samples"]["timed"] == 18
+    assert len(ex["latency_ms"]["dense"]) == 18 and len(ex["per_seed"]["dense"]["mean_ms"]) == 3
+    for name in names:
+        assert m[f"latency/{name}_mean_ms"] == pytest.approx(np.mean(ex["per_seed"][name]["mean_ms"]))
+        assert m[f"throughput/{name}_per_s"] == pytest.approx(np.mean(ex["per_seed"][name]["throughput_per_s"]))
+    assert ex["layers_of"] == "eat:prune+window+exit" and [d["layer"] for d in ex["layers"]] == [1, 2, 3, 4]
+    assert ex["layers_by_contender"]["eat:none"][3]["retention_observed"] == 1.0
     # the dense paths compute the same predictions, whatever the heads pool
     assert m["acc/dense"] == m["acc/dense_hf"]
     assert m["delta_acc/dense"] == 0.0 and m["retention/eat:none"] == 1.0 and m["depth/eat:none"] == 4
@@ -320,3 +329,23 @@ def test_per_layer_statistics_match_a_hand_count(mode, kernel):
     shape = R.shape_of(p, m, s)
     assert shape["seq_len_mean"] == pytest.approx(n.mean())
     assert shape["model_dims"] == {"layers": 6, "hidden": 32, "intermediate": 64, "heads": 4, "window": 8}
+
+
+def test_timing_seeds_are_averaged_as_the_paper_averages_three_runs():
+    runs = {0: {"a": np.array([1.0, 2, 3])}, 1: {"a": np.array([4.0, 5, 6])}, 2: {"a": np.array([7.0, 8, 9])}}
+    out = {}
+    per = B._seed_means(out, runs)
+    assert per["a"]["mean_ms"] == [2.0, 5.0, 8.0] and per["a"]["seeds"] == [0, 1, 2]
+    assert out["latency/a_mean_ms"] == 5.0 and out["latency/a_mean_ms_seed_sd"] == pytest.approx(3.0)
+    assert B._pooled(runs)["a"].tolist() == [1, 2, 3, 4, 5, 6, 7, 8, 9]
+    rows = [{"i": i} for i in range(50)]
+    drawn = B._seeded(rows, 2, 5, [0, 1, 2])
+    assert [sd for sd, _ in drawn] == [0, 1, 2] and all(len(r) == 7 for _, r in drawn)
+    assert len({tuple(x["i"] for x in r) for _, r in drawn}) == 3  # each seed its own examples and order
+    assert drawn == B._seeded(rows, 2, 5, [0, 1, 2])  # and reproducibly so
+
+
+def test_the_bench_refuses_no_timing_seeds(smoke_cfg, tmp_path):
+    cfg = smoke_cfg("method=eat_bench", "method.timing_seeds=[]", f"method.checkpoint_dir={tmp_path / 'ckpt'}", *TINY)
+    with pytest.raises(ValueError, match="method.timing_seeds"):
+        execute(cfg, tmp_path / "out")
