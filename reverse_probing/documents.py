@@ -10,8 +10,7 @@ sub-tokens, pruning keeps top_span_ratio of every sub-token of every segment, [C
 model.py:125-176, preprocess.py get_sentence_map); each source's sub-token states are read as they are. Where the
 sources split words differently (a trimmed vocabulary, minilm-l6-pii), they meet at the word: each source's sub-token
 states are pooled to words (reverse_probing/extract.py word_pool) and spans, widths and pruning count words. Gold
-clusters, the scorer and every record stay in words (a sub-token span is read as the words its first and last pieces
-lie in, as coref-hoi's subtoken_map does).
+clusters are words; sub-token spans are scored against the gold mentions' sub-token spans (coref-hoi's evaluator).
 """
 from __future__ import annotations
 
@@ -49,10 +48,18 @@ class Doc:
         """The document word at a position (`keep` holds positions)."""
         return self.word_of[position] if self.word_of else position
 
-    def to_words(self, span: tuple[int, int]) -> tuple[int, int]:
-        """A span of kept rows as document words (a sub-token span: the words its first and last pieces lie in, as
-        coref-hoi's subtoken_map does for the CoNLL scorer)."""
-        return self.word(self.keep[span[0]]), self.word(self.keep[span[1]])
+    def gold_positions(self) -> list[tuple[tuple[int, int], ...]]:
+        """The gold clusters over document positions (sub-tokens: each mention from its first word's first piece to
+        its last word's last piece), what predicted spans are scored against, as coref-hoi's evaluator compares
+        sub-token spans."""
+        if not self.word_of:
+            return self.gold
+        first: dict[int, int] = {}
+        last: dict[int, int] = {}
+        for p, w in enumerate(self.word_of):
+            first.setdefault(w, p)
+            last[w] = p
+        return [tuple((first[s], last[e]) for s, e in c) for c in self.gold]
 
     @property
     def units(self) -> int:
@@ -135,8 +142,10 @@ def prepare(doc: dict, pieces: list[int], max_len: int, gold_mentions: bool, max
     speakers = [ids.setdefault(speaker_names[word(p)], len(ids)) if speaker_names else 0 for p in keep]
     prefix = doc["doc_key"][:2]
     choice = None
-    if "blank" in doc and "candidates" in doc and "answer" in doc:
-        index = {m: i for i, m in enumerate(mentions)}
+    index = {m: i for i, m in enumerate(mentions)}
+    # a forced choice needs its three mentions among the candidates (predicted mentions may leave a wide one out)
+    if "blank" in doc and "candidates" in doc and "answer" in doc and \
+            all(to_pos(m) in index for m in [doc["blank"], *doc["candidates"]]):
         cands = [index[to_pos(c)] for c in doc["candidates"]]
         choice = (index[to_pos(doc["blank"])], cands[doc["answer"]], cands[1 - doc["answer"]])
     return Doc(doc["doc_key"], len(words), segments, keep, spans, [cid.get(m, 0) for m in mentions], clusters,

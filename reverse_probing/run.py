@@ -273,9 +273,8 @@ def score(probe: ReverseProbe, docs: list[Doc], feats, gold_mentions: bool, batc
         predicted = out.clusters(singletons=gold_mentions)
         for b, i in enumerate(idx):
             d = docs[i]
-            # in words, for the scorer; two sub-token spans in the same words count once
-            to_doc = lambda c: tuple(dict.fromkeys(d.to_words(s) for s in c))  # noqa: E731
-            pairs.append(([to_doc(c) for c in predicted[b]], d.gold))
+            to_doc = lambda c: tuple((d.keep[s], d.keep[e]) for s, e in c)  # noqa: E731  document positions
+            pairs.append(([to_doc(c) for c in predicted[b]], d.gold_positions()))
             if d.choice is not None and gold_mentions:
                 blank, answer, other = d.choice
                 s = lambda j: out.pair_score(b, max(blank, j), min(blank, j))  # noqa: E731
@@ -307,7 +306,7 @@ def majority(docs: list[Doc]) -> dict[str, float]:
         pairs, right = [], 0
         for d in docs:
             blank, answer, other = d.choice
-            spans = [d.to_words(s) for s in d.spans]
+            spans = [(d.keep[s], d.keep[e]) for s, e in d.spans]
             cands = sorted([answer, other])
             clusters = [(spans[i],) for i in range(len(spans))]
             if which is not None:
@@ -315,7 +314,7 @@ def majority(docs: list[Doc]) -> dict[str, float]:
                 clusters = [c for c in clusters if c[0] not in (spans[pick], spans[blank])]
                 clusters.append(tuple(sorted((spans[pick], spans[blank]))))
                 right += pick == answer
-            pairs.append((clusters, d.gold))
+            pairs.append((clusters, d.gold_positions()))
         scores = coref_scores(pairs)
         if scores["conll_f1"] > best.get("conll_f1", -1):
             best["conll_f1"] = scores["conll_f1"]

@@ -330,18 +330,23 @@ def test_a_cut_training_document_counts_the_units_of_its_own_segments():
     assert prepare(doc, [1, 3, 1, 1, 2, 2], 6, False, 2).units == 6  # unit=word: the words
 
 
+DOC_GOLD = [((4, 5), (7, 7)), ((1, 1),)]
+
+
 def test_sub_token_positions_map_the_gold_mentions_to_their_pieces_and_back():
     """With one shared tokenizer the head reads sub-tokens, as coref-hoi: a mention runs from its first word's first
-    piece to its last word's last piece; the scorer reads spans back in words."""
+    piece to its last word's last piece, and predicted spans are scored against the gold mentions' sub-token spans
+    (coref-hoi's evaluator)."""
     pieces = [1, 2, 1, 1, 1, 3, 1, 1, 1, 1, 1]  # "cat" 2 pieces, "dog" 3
     d = prepare(DOC, pieces, 64, gold_mentions=True, max_width=30, unit="subtoken")
     assert d.word_of == [w for w in range(11) for _ in range(pieces[w])]
     assert d.keep == [1, 2, 5, 6, 7, 8, 10]  # cat: 1-2; big dog: 5-8; _: 10
     assert d.spans == [(0, 1), (2, 5), (6, 6)] and d.cluster_ids == [2, 1, 1] and d.choice == (2, 1, 0)
-    assert [d.to_words(s) for s in d.spans] == [(1, 1), (4, 5), (7, 7)]
+    assert [(d.keep[s], d.keep[e]) for s, e in d.spans] == [(1, 2), (5, 8), (10, 10)]
+    assert d.gold == [((4, 5), (7, 7)), ((1, 1),)] and d.gold_positions() == [((5, 8), (10, 10)), ((1, 2),)]
     assert d.n_words == 11 and d.segment_of == [0] * 7 and d.units == sum(pieces) + 2
     full = prepare(DOC, pieces, 64, gold_mentions=False, max_width=4, unit="subtoken")
     assert full.keep == list(range(sum(pieces)))
     assert (3, 3) in full.spans and (2, 4) in full.spans  # a span may start or end inside a word (coref-hoi)
     assert max(e - s for s, e in full.spans) == 3  # max_span_width counts sub-tokens
-    assert full.to_words((2, 4)) == (1, 3)
+    assert prepare(DOC, pieces, 64, True, 30).gold_positions() == DOC_GOLD  # unit=word: the words themselves

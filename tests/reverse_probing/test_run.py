@@ -240,3 +240,14 @@ def test_the_quoref_probe_trains_its_aggregator_at_the_aggregator_lr():
     assert agg and head and cfg.method.aggregator_lr != cfg.train.lr
     assert {lr[id(p)] for p in agg} == {cfg.method.aggregator_lr}
     assert {lr[id(p)] for p in head} == {cfg.train.lr}
+
+
+@pytest.mark.slow  # a run through the runner: make test runs it, test-unit does not
+def test_predicted_mentions_train_and_score_over_sub_tokens(smoke_cfg, tmp_path):
+    """One source (one tokenizer): coref-hoi's sub-token spans and pruning end to end; the scorer reads words."""
+    rec = record(smoke_cfg, tmp_path, "method.sources=[tiny-bert]", "method.gold_mentions=false",
+                 "method.max_span_width=6")
+    assert rec["extra"]["span_unit"] == rec["extra"]["prune_unit"] == "subtoken"
+    assert 0 <= rec["metrics"]["eval/conll_f1"] <= 1
+    mixed = record(smoke_cfg, tmp_path, "method.sources=[tiny-bert,tiny-bert]", "method.gold_mentions=false")
+    assert mixed["extra"]["span_unit"] == "subtoken"  # the same tokenizer twice is still one tokenizer
