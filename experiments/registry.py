@@ -44,9 +44,9 @@ METHODS: dict[str, Method] = {
     "store_bench": Method("experiments.bench_store:run", "store", "experiments.bench_config:StoreBenchConfig"),
     "recycling": Method("recycling.run:run", "recycling", "recycling.config:RecyclingConfig"),
     "recycling_bench": Method("recycling.bench:run", "recycling", "recycling.config:RecyclingBenchConfig"),
-    # version 2: each arm's training is seeded by its own config (a cached arm reproduces when rerun)
-    "eat": Method("eat.run:run", "eat", "eat.config:EatConfig", version=2),
-    "eat_bench": Method("eat.bench:run", "eat", "eat.config:EatBenchConfig", version=2),
+    # version 3: Eq. 1 loss, layer 4 prunes before its exit, paper-code at batch 1, paper tau grid, 3 timing seeds
+    "eat": Method("eat.run:run", "eat", "eat.config:EatConfig", version=3),
+    "eat_bench": Method("eat.bench:run", "eat", "eat.config:EatBenchConfig", version=3),
     # version 2: scalar mix sums in fp32 (bf16 no longer rounds small λ away); MNLI-mm scored on the mnli model
     # (eval_mismatched/*); GLUE checkpoints chosen on the paper's metric; eval/majority_f1_binary recorded
     # version 3: a cls/pair task's head is the one HF's *ForSequenceClassification builds (method.head=paper: BERT's
