@@ -471,7 +471,7 @@ def p32(runs: list[dict], out: Path) -> list[str]:
             ent = [r["metrics"]["lambda/entropy_ratio"] for r in arms.get("scalar_mix", [])
                    if "lambda/entropy_ratio" in r["metrics"]]
             if ent and min(ent) >= LAMBDA_UNIFORM:
-                still.append(f"{g[0]} / {task}")
+                still.append(f"{g[0]} ({g[1]}{', ' + g[2] if causal else ''}) / {task}")
             t.add(_model_label(r0), regime, run_label(r0, "task"), metric, fmt(None if maj is None else 100 * maj),
                   *(seed_interval(_acc(arms[a])) if arms.get(a) else "—" for a, _ in P32_ARMS),
                   *(_diff(arms[a], arms[b]) if arms.get(a) and arms.get(b) else "—"
