@@ -150,7 +150,7 @@ def is_regression(task: DictConfig) -> bool:
     """A cls/pair task that names no label_names predicts one number per example (STS-B's similarity score): a
     regression, trained as Hugging Face trains num_labels=1 (one output, MSE loss) and scored by its metrics
     (pearson, spearman) on the predicted numbers."""
-    return task.type in ("cls", "pair") and not task.get("label_names")
+    return task.get("type") in ("cls", "pair") and not task.get("label_names")
 
 
 def _number(x) -> bool:

@@ -135,6 +135,26 @@ def test_records_of_an_older_method_version_decide_nothing_and_the_row_says_why(
     assert legacy_reason(runs[0]) == f"made by version {now - 1} of its method, now {now}"
 
 
+def test_a_requirement_on_an_arm_leaves_out_the_records_that_fail_it_and_says_why():
+    need = {"side": "a", "metric": "lambda/entropy_ratio", "at_most": 0.999, "why": "the weights did not learn"}
+    runs = seeds([0.05, 0.06, 0.04, -0.10])
+    news = [r for r in runs if r["config"]["method"]["variant"] == "new"]
+    for r, h in zip(news, (0.5, 0.6, 0.7, 0.9995)):  # the last seed stayed uniform: it alone says "does not hold"
+        r["metrics"]["lambda/entropy_ratio"] = h
+    (row,) = rows(runs, dict(claim(AT_LEAST_M1), requires=need))
+    assert row.verdict == "holds" and "1 of 4 a records left out: the weights did not learn" in row.outcomes[0].notes
+    (without,) = rows(runs, claim(AT_LEAST_M1))
+    assert without.verdict != "holds"
+    for r in news:
+        r["metrics"]["lambda/entropy_ratio"] = 1.0
+    (row,) = rows(runs, dict(claim(AT_LEAST_M1), requires=need))
+    assert row.verdict == "not testable here" and "the weights did not learn" in row.outcomes[0].reason
+    with pytest.raises(C.ClaimsError, match="requires.side"):
+        registry(dict(claim(AT_LEAST_M1), requires=dict(need, side="c")))
+    with pytest.raises(C.ClaimsError, match="requires.at_least"):
+        registry(dict(claim(AT_LEAST_M1), requires={k: v for k, v in need.items() if k != "at_most"}))
+
+
 def test_a_comparison_without_records_beside_decided_ones_is_not_run_and_the_row_partly_tested():
     c = claim(AT_LEAST_M1, b=[{"method.variant": "base"}, {"method.variant": "never-ran"}])
     (row,) = rows(seeds([0.05, 0.06, 0.04]), c)

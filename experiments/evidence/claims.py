@@ -35,6 +35,7 @@ The verdicts these comparisons get from the records: experiments/evidence/verdic
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,7 +64,7 @@ _TEST_KEYS = {
     "spread": {"at_least", "at_most"},
 }
 _CLAIM_KEYS = {"id", "kind", "why", "exact", "registered", "claim", "paper", "compare", "needs_signal",
-               "not_testable", "evidence"}
+               "not_testable", "evidence", "requires"}
 _COMPARE_KEYS = {"label", "metric", "b_metric", "per", "scale", "units", "reduce", "a", "b", "expected", "pair_by",
                  "test", "x", "y", "across", "rounds"}
 ROUNDS_AS = ("value", "ratio", "pct", "difference")
@@ -120,6 +121,24 @@ class Comparison:
 
 
 @dataclass(frozen=True)
+class Requirement:
+    """A precondition on one arm's records, without which the comparison cannot see the effect at all (e.g. P-32's
+    weights must have left uniform, or P-32 *is* the average it is compared with): a record failing it is left out
+    and its row says `why`; when every record fails, the row is not testable."""
+    side: str  # a or b
+    metric: str
+    why: str
+    at_least: float | None = None
+    at_most: float | None = None
+
+    def fails(self, value: Any) -> bool:
+        if value is None or not isinstance(value, (int, float)) or not math.isfinite(value):
+            return True
+        return (self.at_least is not None and value < self.at_least) or \
+            (self.at_most is not None and value > self.at_most)
+
+
+@dataclass(frozen=True)
 class Claim:
     id: str
     claim: str
@@ -133,6 +152,7 @@ class Claim:
     why: str | None = None  # by-construction claims: why the row is still worth showing
     exact: str | None = None  # deterministic quantities: decided on the value, no interval (the reason why)
     registered: str | None = None  # the commit at which this definition (compare, exact, needs_signal) was set
+    requires: Requirement | None = None
 
 
 @dataclass(frozen=True)
@@ -234,7 +254,27 @@ def _parse_claim(raw: dict, fail) -> Claim:
     return Claim(id=raw["id"], claim=raw["claim"].strip(), where=paper["where"], values=paper.get("values"),
                  comparisons=tuple(comparisons), needs_signal=raw["needs_signal"],
                  not_testable=nt.strip() if nt else None, evidence=tuple(evidence), kind=raw["kind"],
-                 why=raw.get("why"), exact=raw.get("exact"), registered=raw.get("registered"))
+                 why=raw.get("why"), exact=raw.get("exact"), registered=raw.get("registered"),
+                 requires=_parse_requires(raw.get("requires"), lambda k, m: fail(f"requires.{k}", m)))
+
+
+def _parse_requires(r: Any, fail) -> Requirement | None:
+    if r is None:
+        return None
+    form = "{side: a|b, metric: <key>, at_least and/or at_most: <number>, why: <what failing it means>}"
+    if not isinstance(r, dict) or set(r) - {"side", "metric", "at_least", "at_most", "why"}:
+        fail("", f"{r!r} must be {form}")
+    if r.get("side") not in ("a", "b"):
+        fail("side", f"{r.get('side')!r}: valid: a, b")
+    for key in ("metric", "why"):
+        if not isinstance(r.get(key), str) or not r[key].strip():
+            fail(key, f"missing or empty; the form is {form}")
+    bounds = [r.get(k) for k in ("at_least", "at_most")]
+    if all(b is None for b in bounds) or any(b is not None and (isinstance(b, bool) or not isinstance(b, (int, float)))
+                                             for b in bounds):
+        fail("at_least", f"at_least and/or at_most must be numbers; the form is {form}")
+    return Requirement(side=r["side"], metric=r["metric"], why=r["why"].strip(), at_least=r.get("at_least"),
+                       at_most=r.get("at_most"))
 
 
 def _parse_compare(c: Any, fail) -> list[Comparison]:

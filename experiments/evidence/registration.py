@@ -30,7 +30,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when built in: the pure-Python parser is ~10x slower
 SHORT = 12  # characters of a commit written as `registered:`
-DEFINITION_KEYS = ("compare", "exact", "needs_signal")
+DEFINITION_KEYS = ("compare", "exact", "needs_signal", "requires")
 
 
 class RegistrationError(RuntimeError):

@@ -29,7 +29,7 @@ import numpy as np
 
 from experiments.evidence.claims import (REPO, SEED, Claim, ClaimsError, Comparison, Registry, Test, load_claims)
 from experiments.evidence.records import (MISSING, SelectError, field_of, metric_name, multiplier, points, raw_value,
-                                          select, value_of)
+                                          select, short, value_of)
 from experiments.evidence.signal import SIGNAL_MARGIN_POINTS, Signal, run_name, signal
 from experiments.evidence.stats import (BOOT_SEED, MIN_CORRELATION_POINTS, N_BOOT, Interval, bootstrap_examples,
                                         count_examples, example_ci, holm, one_sided_p, per_example,
@@ -145,6 +145,19 @@ def evaluate_comparison(claim: Claim, comp: Comparison, runs: list[dict],
     if not a_runs or (b_runs is not None and not b_runs):
         out.reason = "no records: " + _wanted(comp, a_runs, b_runs)
         return out
+    need = claim.requires
+    if need is not None:
+        side = a_runs if need.side == "a" else b_runs or []
+        failing = [r for r in side if need.fails(raw_value(r, need.metric))]
+        if failing:
+            if len(failing) == len(side):
+                out.verdict, out.records = "not testable here", a_runs + (b_runs or [])
+                out.reason = f"{need.why} (every {need.side} record: {short(need.metric)} outside the requirement)"
+                return out
+            out.notes.append(f"{len(failing)} of {len(side)} {need.side} records left out: {need.why}")
+            gone = {id(r) for r in failing}
+            a_runs = [r for r in a_runs if id(r) not in gone]
+            b_runs = None if b_runs is None else [r for r in b_runs if id(r) not in gone]
     same = comp.b_metric and comp.b is None
     pairs, unpaired = _pair(comp, claim.id, a_runs, None if same else b_runs)
     if same:
