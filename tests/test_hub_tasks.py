@@ -83,7 +83,8 @@ def _yaml(task: str):
     return OmegaConf.load(CONF / "task" / f"{task}.yaml")
 
 
-# regression (stsb): the suite's heads do not train it, PEMA only counts its tokens, so encoding is its path
+# regression (stsb): layer_fusion trains it (tests/layer_fusion/test_stsb.py, on its own fixture); here encoding
+# is its path
 REGRESSION = [t for t in HUB_TASKS if _yaml(t).type in ("cls", "pair") and not _yaml(t).get("label_names")]
 TRAINABLE = [t for t in HUB_TASKS if _yaml(t).type in D.TASK_TYPES and t not in REGRESSION]
 
