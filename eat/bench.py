@@ -212,7 +212,8 @@ def _seed_means(out: dict, runs: dict[int, dict[str, np.ndarray]]) -> dict:
 
 
 def _speed(out: dict, lat: dict, correct: dict, n_boot: int, seed: int) -> tuple[dict, str]:
-    """Percentiles, speed-up over the faster dense path (with bootstrap replicates) and Δ accuracy [CI] per contender."""
+    """Percentiles, speed-up over the faster dense path (with bootstrap replicates) and Δ accuracy [CI] per
+    contender."""
     ref = min(("dense", "dense_hf"), key=lambda k: np.median(lat[k]))
     reps = {}
     for name, v in lat.items():
