@@ -104,6 +104,9 @@ def why_not_rerunnable(record: dict, cuda: bool = False) -> str | None:
         return "reads the Hugging Face hub"
     if not record.get("exp_id") or record.get("overrides") is None:
         return "no exp_id or overrides to rerun"
+    from experiments.results import outdated_reason  # today's code cannot reproduce an older method's numbers
+    if why := outdated_reason(record):
+        return why
     if missing := missing_assets(record):
         return f"needs {', '.join(missing)}{NOT_CACHED}"
     return None

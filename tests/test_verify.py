@@ -87,6 +87,18 @@ def test_the_draw_is_seeded_per_paper_and_leaves_out_what_cannot_rerun_here(tmp_
     assert verify.draw(eligible, 99, 0, "p") == eligible and verify.draw([], 1, 0, "p") == []
 
 
+def test_a_record_of_an_older_method_version_is_left_out(tmp_path):
+    from experiments import registry
+    _write(tmp_path / "r.json")
+    record = json.loads((tmp_path / "r.json").read_text())
+    now = registry.version_of("eat")
+    record["config"]["method"] = {"name": "eat"}
+    record["method_version"] = now
+    assert verify.why_not_rerunnable(record) is None
+    record["method_version"] = now - 1
+    assert verify.why_not_rerunnable(record) == f"made by version {now - 1} of its method, now {now}"
+
+
 def test_a_record_that_needs_an_encoder_missing_from_the_cache_is_left_out(tmp_path, monkeypatch):
     monkeypatch.setenv("STRATA_CACHE", str(tmp_path / "cache"))
     _write(tmp_path / "r.json")
