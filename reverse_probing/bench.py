@@ -27,7 +27,7 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
     docs, feats, raw = data["train"]
     widths = [R.width(m.variant, x.hidden_size, m.concat_n) for x in models]
     torch.manual_seed(cfg.seed)
-    probe = R.build(cfg, widths, models[0].hidden_size)
+    probe = R.build(cfg, widths, models[0].hidden_size).to(ctx.device)
     opts = R.optimizers(cfg, probe, m.max_epochs * -(-len(docs) // m.docs_per_step))
     rng = np.random.default_rng(cfg.seed)
 

@@ -177,7 +177,7 @@ def collate(docs: list[Doc], features: list[list[torch.Tensor]]) -> dict:
     B, W, S = len(docs), max(len(d.keep) for d in docs), max(1, max(len(d.spans) for d in docs))
     sources = []
     for per_doc in features:
-        x = torch.zeros(B, W, per_doc[0].shape[-1], dtype=per_doc[0].dtype)
+        x = torch.zeros(B, W, per_doc[0].shape[-1], dtype=per_doc[0].dtype, device=per_doc[0].device)
         for b, f in enumerate(per_doc):
             x[b, :f.shape[0]] = f
         sources.append(x)

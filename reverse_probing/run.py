@@ -253,6 +253,15 @@ def take(feats, idx: list[int], rows: list[list[int]] | None = None) -> list[lis
     return per if rows is None else [[x[r] for x, r in zip(f, rows)] for f in per]
 
 
+def on(batch: dict, device: torch.device) -> dict:
+    """A collated batch with every tensor (each source's features too) on `device`, the probe's."""
+    return {k: [x.to(device) for x in v] if k == "sources" else v.to(device) for k, v in batch.items()}
+
+
+def device_of(module: torch.nn.Module) -> torch.device:
+    return next(module.parameters()).device
+
+
 def batches(n: int, size: int, rng: np.random.Generator | None = None):
     order = rng.permutation(n) if rng is not None else np.arange(n)
     return [order[i:i + size].tolist() for i in range(0, n, size)]
@@ -266,7 +275,7 @@ def score(probe: ReverseProbe, docs: list[Doc], feats, gold_mentions: bool, batc
     probe.eval()
     pairs, right, asked, alpha_sum, alpha_n = [], 0, 0, None, 0
     for idx in batches(len(docs), batch_size):
-        batch = collate([docs[i] for i in idx], take(feats, idx))
+        batch = on(collate([docs[i] for i in idx], take(feats, idx)), device_of(probe))
         sources = batch.pop("sources")
         batch.pop("cluster_ids")
         out = probe(sources, **batch, gold_mentions=gold_mentions)
@@ -331,7 +340,7 @@ def train_epoch(cfg: DictConfig, probe: ReverseProbe, opts, docs: list[Doc], fea
     losses = []
     for idx in batches(len(docs), m.docs_per_step, rng):
         cut = [window(docs[i], m.max_training_segments, rng) for i in idx]
-        batch = collate([d for d, _ in cut], take(feats, idx, [rows for _, rows in cut]))
+        batch = on(collate([d for d, _ in cut], take(feats, idx, [rows for _, rows in cut])), device_of(probe))
         out = probe(batch.pop("sources"), **batch, gold_mentions=m.gold_mentions)
         for opt, _, _ in opts:
             opt.zero_grad(set_to_none=True)
@@ -354,6 +363,7 @@ def train(cfg: DictConfig, ctx: RunContext, probe: ReverseProbe, data: dict, ext
     """Train on data['train'] = (docs, feats), early-stop on dev; returns the records' metrics. `encoder`: a source
     that trains with the head (the CorefTarget; its features a callable), in the encoder group at method.encoder_lr."""
     m = cfg.method
+    probe.to(ctx.device)  # the stored features stay on the host; each batch follows the probe (`on`)
     train_docs, train_feats = data["train"]
     rng = np.random.default_rng(cfg.seed)
     per_epoch = -(-len(train_docs) // m.docs_per_step)
