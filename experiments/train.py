@@ -1,7 +1,13 @@
 """One plain-torch fine-tuning loop: AdamW, linear warmup then linear decay (experiments.optim), gradient
 accumulation, early stopping on the dev objective (the best weights are restored), progress (experiments.progress),
 per-step timing and training curves for the run's logger (`TrainLog`). It is the "Full" baseline every paper compares
-against, and methods reuse it by passing a model whose frozen parts need no grad."""
+against, and methods reuse it by passing a model whose frozen parts need no grad.
+
+Mixed precision is torch's own: autocast, and for fp16 a `torch.amp.GradScaler` (bf16 has fp32's range and needs
+none). accelerate would own the same three things (autocast, scaler, device placement) behind its `Accelerator`, but
+this loop already holds them in a few lines, runs on one device, and its tests pin exact equivalences (accumulation
+= one big batch, skipped overflow steps) that a wrapper's own choices (e.g. when it skips the scheduler) would put
+out of view; so the loop stays plain torch."""
 from __future__ import annotations
 
 import logging
@@ -30,6 +36,7 @@ class FitResult:
     train_s: float  # optimizer steps only
     step_ms: float  # median optimizer-step time (forward + backward + update)
     stopped_early: bool
+    skipped_steps: int = 0  # fp16 steps whose gradients overflowed: no update, no schedule step, a smaller loss scale
     data_s: float = 0.0  # time spent producing batches (tokenized padding, or reading a cache)
     history: list[dict] = field(default_factory=list)
     test: dict[str, float] | None = None  # `test(model)` once, at the restored best weights (when given)
@@ -127,6 +134,8 @@ def fit(model: nn.Module, batches: Callable[[int], Iterable[dict]], n_batches: i
     opt = adamw(model, cfg.lr, cfg.weight_decay, device)
     sched = linear_schedule(opt, warmup_steps(cfg.warmup_ratio, steps_total), steps_total)
     autocast = _autocast(device, precision)
+    scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
+    skipped = 0
     timer = StepTimer(device)
     best, best_score, best_state, best_step, bad_evals = {}, None, None, 0, 0
     history, step, micro, epoch, stopped = [], 0, 0, 0, False
@@ -170,17 +179,20 @@ def fit(model: nn.Module, batches: Callable[[int], Iterable[dict]], n_batches: i
             batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
             with autocast():
                 loss = model(**batch).loss / cfg.grad_accum
-            loss.backward()
+            scaler.scale(loss).backward()
             if track:
                 step_loss = step_loss + loss.detach().float()
             micro += 1
             if micro % cfg.grad_accum:
                 continue
             if cfg.max_grad_norm:
+                scaler.unscale_(opt)  # clip the true gradients, not the scaled ones
                 torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
             lrs = TrainLog.rates(opt)  # the rates this step uses; sched.step() sets the next ones
-            opt.step()
-            sched.step()
+            if optimizer_step(opt, scaler):
+                sched.step()
+            else:
+                skipped += 1
             opt.zero_grad(set_to_none=True)
             step += 1
             timer.stop()
@@ -192,12 +204,28 @@ def fit(model: nn.Module, batches: Callable[[int], Iterable[dict]], n_batches: i
                 break
         epoch += 1
     bar.close()
+    if skipped:
+        log.info("fp16: %d of %d steps skipped on overflowing gradients (loss scale now %g)", skipped, step,
+                 scaler.get_scale())
     if not history or history[-1]["step"] != step:
         run_eval()
     model.load_state_dict(best_state)
     return FitResult(best=best, best_step=best_step, steps=step, epochs=micro / max(1, n_batches),
-                     train_s=timer.total_s, step_ms=timer.median_ms, stopped_early=stopped, history=history,
+                     train_s=timer.total_s, step_ms=timer.median_ms, stopped_early=stopped, history=history, skipped_steps=skipped,
                      data_s=data_s[0], test=scored(test) if test is not None else None)
+
+
+def optimizer_step(opt: torch.optim.Optimizer, scaler: torch.amp.GradScaler) -> bool:
+    """opt.step() through the fp16 loss scaler; False when the gradients held inf/NaN and the step was skipped (the
+    weights unchanged). The caller then skips its schedule step too, as transformers' Trainer does: the schedule
+    counts the updates that happened."""
+    if not scaler.is_enabled():
+        opt.step()
+        return True
+    before = scaler.get_scale()
+    scaler.step(opt)
+    scaler.update()  # halves the scale after an overflow, grows it after a run of clean steps
+    return scaler.get_scale() >= before
 
 
 def _timed(batches: Iterable[dict], acc: list[float]):

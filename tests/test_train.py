@@ -131,3 +131,52 @@ def test_train_log_averages_the_loss_between_points_and_counts_tokens():
     silent.batch({"input_ids": torch.ones(2, 3)})
     silent.step(10, torch.tensor(1.0), [1e-3])
     assert silent.examples == 0 and silent.loss is None  # without a logger nothing is even counted
+
+
+class Scale(nn.Module):
+    """loss = sum(w * x): a batch holding inf gives w an inf gradient."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(4))
+
+    def forward(self, x, labels):
+        logits = x * self.w
+        return HeadOutput(logits, logits.sum())
+
+
+@pytest.mark.parametrize("clip", [0.0, 1.0])
+def test_fp16_skips_a_step_whose_gradient_overflows_and_keeps_the_weights_finite(clip):
+    x = torch.ones(3, 4)
+    x[1, 0] = float("inf")  # step 2's gradient
+    snapshots = []
+
+    def evaluate(m):
+        snapshots.append(m.w.detach().clone())
+        return {"eval/acc": float(len(snapshots))}  # the last evaluation is the best: its weights are restored
+    model = Scale()
+    fn = lambda epoch: ({"x": x[i:i + 1], "labels": x[i:i + 1]} for i in range(3))  # noqa: E731
+    points = []
+    r = fit(model, fn, 3, cfg(max_steps=3, eval_every=1, max_grad_norm=clip, warmup_ratio=1.0), evaluate, "eval/acc",
+            True, torch.device("cpu"), precision="fp16", log_metrics=lambda m, s: points.append(m["train/lr"]))
+    assert r.steps == 3 and all(torch.isfinite(s).all() for s in snapshots)
+    assert r.skipped_steps == 1 and points == pytest.approx([0.05 / 4, 0.05 / 2, 0.05 / 2])  # no schedule step
+    assert torch.equal(snapshots[1], snapshots[0])  # the overflowing step changed nothing
+    assert not torch.equal(snapshots[2], snapshots[1])  # the next one trains again
+
+
+def test_fp16_training_follows_fp32_on_a_tiny_model():
+    """CPU autocast runs the linear layer in fp16; the scaled loss trains to the weights fp32 reaches, within fp16's
+    rounding. (Kernel speed and the scale's growth over thousands of steps only a GPU run shows.)"""
+    x, y = data()
+    runs = {}
+    for precision in ("fp32", "fp16"):
+        torch.manual_seed(0)
+        model = Linear()
+        fn, n = batches(x, y, 8)
+        r = fit(model, fn, n, cfg(epochs=3, max_grad_norm=1.0), lambda m: accuracy(m, x, y), "eval/acc", True,
+                torch.device("cpu"), precision=precision)
+        runs[precision] = (model.lin.weight.detach().clone(), r)
+    (w32, r32), (w16, r16) = runs["fp32"], runs["fp16"]
+    assert r16.skipped_steps == 0 and r16.steps == r32.steps == 24
+    assert torch.allclose(w16, w32, atol=5e-3) and not torch.equal(w16, w32)  # fp16 did run, and stayed close
