@@ -13,6 +13,7 @@ trains with the suite's trainer, its aggregator at method.aggregator_lr too (qa_
 from __future__ import annotations
 
 import copy
+import hashlib
 import logging
 import re
 import statistics
@@ -33,13 +34,15 @@ from experiments.optim import linear_schedule, param_groups, warmup_steps
 from experiments.store import model_fingerprint
 from experiments.train import TrainLog
 from reverse_probing.aggregate import MODES, Aggregator
+from reverse_probing.byte_memo import ByteMemo
 from reverse_probing.coref import CorefHead
 from reverse_probing.documents import Doc, collate, prepare, window, words_of
 from reverse_probing.extract import check_variant, extract, positions, read_variant, width
 from reverse_probing.model import ReverseProbe
 
 log = logging.getLogger(__name__)
-_memo = Memo(24)  # a sweep in one process loads each frozen source and reads each split's states once
+_memo = Memo(24)  # a sweep in one process loads each frozen source and prepares each split's documents once
+_states = ByteMemo()  # and reads each source's states of a split once, while they fit half the host's memory
 
 
 # ---- checks, before any work ------------------------------------------------------------------------------------
@@ -200,11 +203,19 @@ def at_positions(x: torch.Tensor, doc: Doc, dim: int) -> torch.Tensor:
     return x.index_select(dim, torch.tensor(doc.keep, dtype=torch.long, device=x.device)).contiguous()
 
 
+def layout(docs: list[Doc]) -> str:
+    """What a source's states at the documents' kept positions depend on besides the source: segments, kept
+    positions and their unit. Sources that share a tokenizer give the same layout alone and in any set."""
+    parts = [(d.key, d.segments, d.keep, len(d.word_of)) for d in docs]
+    return hashlib.sha256(repr(parts).encode()).hexdigest()
+
+
 def split_states(cfg, ctx, models, split: str, raw, docs, task: DictConfig) -> list[list[torch.Tensor]]:
-    """Per source, per document: its stored states (memoised across the runs of a sweep)."""
+    """Per source, per document: its stored states, memoised across the runs of a sweep within a byte budget and
+    keyed on the source and the documents' layout, so a pair reuses each member's single-source states."""
     ident = OmegaConf.to_yaml(OmegaConf.masked_copy(cfg, ["data"])) + OmegaConf.to_yaml(task) + str(
-        [cfg.method.gold_mentions, cfg.method.max_segment_len, cfg.method.word_pooling, sorted(cfg.method.sources)])
-    return [_memo(("states", m.name, split, ident), lambda m=m: source_states(cfg, ctx, m, raw, docs))
+        [cfg.method.max_segment_len, cfg.method.word_pooling, layout(docs)])
+    return [_states(("states", OmegaConf.to_yaml(m), split, ident), lambda m=m: source_states(cfg, ctx, m, raw, docs))
             for m in models]
 
 

@@ -48,14 +48,14 @@ def test_every_variant_and_aggregation_runs_and_attention_logs_alpha_per_source(
 
 def test_a_second_run_reads_every_source_from_the_store(tmp_path):
     cfg = compose("experiment=reverse_probing/smoke", "method.aggregate=mean", "method.variant=full")
-    R._memo.clear()
+    R._memo.clear(), R._states.clear()
     torch.manual_seed(0)  # tiny-bert is random: the runner seeds each run, so its weights (and keys) repeat
     ctx = RunContext(output_dir=tmp_path, device=torch.device("cpu"), device_name="cpu", store_dir=tmp_path / "s")
     first = R.run(cfg, ctx)
     store = ctx.store()
     n = len(store)
     assert n > 0
-    R._memo.clear()  # a new process: nothing memoised, everything from the store
+    R._memo.clear(), R._states.clear()  # a new process: nothing memoised, everything from the store
     torch.manual_seed(0)
     ctx2 = RunContext(output_dir=tmp_path, device=torch.device("cpu"), device_name="cpu", store_dir=tmp_path / "s")
     second = R.run(cfg, ctx2)
@@ -67,7 +67,7 @@ def test_the_training_encoders_features_equal_the_stored_ones(tmp_path):
     """The CorefTarget trains through live_features; evaluated frozen, it must read exactly what the stored path
     reads for the same documents (segments, word pooling, kept words)."""
     cfg = compose("experiment=reverse_probing/smoke", "method.variant=full")
-    R._memo.clear()
+    R._memo.clear(), R._states.clear()
     ctx = RunContext(output_dir=tmp_path, device=torch.device("cpu"), device_name="cpu", store_dir=tmp_path / "s",
                      store_dtype="fp32")
     model = R.sources_of(cfg)[0]
