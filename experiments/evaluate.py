@@ -11,11 +11,9 @@ import torch
 from omegaconf import DictConfig
 
 from experiments import metrics as M
-from experiments.data import collate, is_regression, tag_ids
+from experiments.batches import TokenInputs, eval_batches
+from experiments.data import is_regression, tag_ids
 from experiments.progress import Progress
-
-INPUTS = ("input_ids", "attention_mask", "token_type_ids")
-
 
 Inputs = Callable[[int, int], dict[str, torch.Tensor]]
 
@@ -37,23 +35,24 @@ class Scores(dict):
         return out
 
 
-def token_inputs(features: datasets.Dataset, pad_id: int) -> Inputs:
-    """(start, stop) -> the padded model inputs of features[start:stop]."""
-    inputs = features.select_columns([c for c in INPUTS if c in features.column_names])
-
-    def get(i: int, j: int) -> dict[str, torch.Tensor]:
-        rows = inputs[i:j]
-        return collate([dict(zip(rows, vals)) for vals in zip(*rows.values())], pad_id)
-    return get
+def token_inputs(features: datasets.Dataset, pad_id: int) -> TokenInputs:
+    """(start, stop) -> the padded model inputs of features[start:stop] (`experiments.batches.INPUTS`)."""
+    return TokenInputs(features, pad_id)
 
 
-def forward_logits(model, n: int, inputs: Inputs, batch_size: int, device) -> list[np.ndarray]:
+def forward_logits(model, n: int, inputs: Inputs, batch_size: int, device, num_workers: int = 0) -> list[np.ndarray]:
     """Logits per feature (unpadded along the sequence for token-level heads). `inputs(i, j)` gives the model
-    inputs of features i..j-1 (token ids, or anything else the model takes, e.g. cached hidden states)."""
+    inputs of features i..j-1 (token ids, or anything else the model takes, e.g. cached hidden states); token inputs
+    are padded by `num_workers` DataLoader workers (experiments.batches), pinned for a CUDA device."""
+    pin = torch.device(device).type == "cuda"
+    if isinstance(inputs, TokenInputs) and n == len(inputs.rows):
+        batches = inputs.loader(batch_size, num_workers, pin)
+    else:
+        batches = eval_batches(inputs, n, batch_size, num_workers, pin)
     out = []
     with Progress(n, "evaluate", unit="ex") as bar:
-        for i in range(0, n, batch_size):
-            batch = {k: v.to(device) for k, v in inputs(i, min(n, i + batch_size)).items()}
+        for batch in batches:
+            batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
             logits = model(**batch).logits.float().cpu().numpy()
             lengths = batch["attention_mask"].sum(1).tolist()
             out.extend(lg if lg.ndim == 1 else lg[:t] for lg, t in zip(logits, lengths))
@@ -62,10 +61,11 @@ def forward_logits(model, n: int, inputs: Inputs, batch_size: int, device) -> li
 
 
 def evaluate(model, features: datasets.Dataset, examples: datasets.Dataset, task: DictConfig, batch_size: int,
-             device, pad_id: int, inputs: Inputs | None = None) -> Scores:
-    """`inputs`: how to feed the model (default: the features' token ids, see `token_inputs`)."""
+             device, pad_id: int, inputs: Inputs | None = None, num_workers: int = 0) -> Scores:
+    """`inputs`: how to feed the model (default: the features' token ids, see `token_inputs`; pass one built once to
+    keep its loader's workers across evaluations)."""
     inputs = inputs or token_inputs(features, pad_id)
-    logits = forward_logits(model, len(features), inputs, batch_size, device)
+    logits = forward_logits(model, len(features), inputs, batch_size, device, num_workers)
     scores, per_example = {"cls": _classification, "pair": _classification, "ner": _ner, "qa": _qa}[task.type](
         logits, features, examples, task)
     out = Scores({f"eval/{k}": float(v) for k, v in scores.items()})
