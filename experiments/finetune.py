@@ -5,6 +5,7 @@ import logging
 
 from omegaconf import DictConfig
 
+from experiments import batches as B
 from experiments import data as D
 from experiments import hooks
 from experiments.context import RunContext
@@ -52,8 +53,9 @@ def fit_and_score(cfg: DictConfig, ctx: RunContext, model, raw, evals, batches, 
                          "features to fit_and_score: encode it (experiments.finetune.encode_dev) and pass dev=")
 
     def score(split, feats, inputs):
+        inputs = inputs or B.TokenInputs(feats, pad_id)  # built once: every evaluation reuses its loader's workers
         return lambda m: evaluate(m, feats, raw[split], cfg.task, hw.eval_batch_size, ctx.device, pad_id,
-                                  inputs).as_split(split)
+                                  inputs, hw.num_workers).as_split(split)
     select, key = (score("dev", dev, dev_inputs), objective.replace("eval/", "dev/", 1)) if dev is not None else \
         (score("eval", evals, eval_inputs), objective)
     result = fit(model, batches, n_batches, cfg.train, evaluate=select, objective=key,
@@ -76,8 +78,8 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
     # e.g. pema.enabled: E' for E, over every split the model reads (dev too: it chooses the checkpoint)
     features = {"train": train, "eval": evals, **({"dev": dev} if dev is not None else {})}
     attached = hooks.attach(cfg, ctx, model, tok, features)
-    batches, n_batches = D.train_batches(train, cfg.hardware.batch_size, tok.pad_token_id, cfg.seed,
-                                         cfg.train.group_by_length)
+    batches, n_batches = B.train_batches(train, cfg.hardware.batch_size, tok.pad_token_id, cfg.seed,
+                                         cfg.train.group_by_length, **B.loading(cfg.hardware, ctx.device))
     record_samples(cfg, ctx, raw, train, evals)
     metrics = fit_and_score(cfg, ctx, model, raw, evals, batches, n_batches, tok.pad_token_id, dev=dev)
     return {**metrics, **hooks.finish(attached, model, ctx.device)}  # e.g. E' merged back into the full matrix

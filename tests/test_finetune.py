@@ -36,3 +36,13 @@ def test_cpu_budgets_carve_a_dev_split_from_train_for_every_offline_task():
     for task in ("rt-polarity", "vitaminc", "wnut16", "squad-dev"):
         cfg = compose(f"task={task}")
         assert 0 < cfg.task.dev_from_train < 0.2 and cfg.train.patience >= 0 and cfg.data.limit_train
+
+
+def test_dataloader_workers_change_no_result(smoke_cfg, tmp_path):
+    """Workers pad the batches in other processes; the run's metrics and per-example predictions stay the same."""
+    recs = [execute(smoke_cfg("task.dev_from_train=0.25", f"hardware.num_workers={w}"), tmp_path / f"run{w}")
+            for w in (0, 2)]
+    assert [r["status"] for r in recs] == ["ok", "ok"]
+    metrics = [{k: v for k, v in r["metrics"].items() if not k.startswith("time/")} for r in recs]
+    assert metrics[0] == metrics[1] and recs[0]["per_example"] == recs[1]["per_example"]
+    assert recs[0]["extra"]["history"] == recs[1]["extra"]["history"]
