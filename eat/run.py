@@ -24,6 +24,7 @@ from eat import calibration as C
 from eat import prune as P
 from eat.config import VARIANTS
 from eat.model import Distilled, EatModel, Settings
+from experiments import batches as B
 from experiments import data as D
 from experiments import metrics as M
 from experiments.assets import cache_dir, data_fingerprint
@@ -177,8 +178,8 @@ def train_arm(cfg: DictConfig, ctx: RunContext, data: Data) -> tuple[EatModel, d
     m, pad = cfg.method, data.tok.pad_token_id
     target = model.settings
     train_settings = target if m.variant == "dense" else replace(target, tau=None)
-    batches, n_batches = D.train_batches(data.train, cfg.hardware.batch_size, pad, cfg.seed,
-                                         cfg.train.group_by_length)
+    batches, n_batches = B.train_batches(data.train, cfg.hardware.batch_size, pad, cfg.seed,
+                                         cfg.train.group_by_length, **B.loading(cfg.hardware, ctx.device))
     epochs = max(1, math.ceil(cfg.train.epochs))
 
     def annealed(epoch: int):

@@ -13,6 +13,7 @@ import time
 import torch
 from omegaconf import DictConfig
 
+from experiments import batches as B
 from experiments import data as D
 from experiments.context import RunContext
 from experiments.evaluate import evaluate
@@ -59,8 +60,8 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
             batches, n_batches = cached["train"][0].batches(cfg.hardware.batch_size, cfg.seed)
             dev_feats, dev_inputs = cached["dev"][1], cached["dev"][0].inputs
         else:
-            batches, n_batches = D.train_batches(feats["train"], cfg.hardware.batch_size, tok.pad_token_id, cfg.seed,
-                                                 cfg.train.group_by_length)
+            batches, n_batches = B.train_batches(feats["train"], cfg.hardware.batch_size, tok.pad_token_id, cfg.seed,
+                                                 cfg.train.group_by_length, **B.loading(cfg.hardware, ctx.device))
             dev_feats, dev_inputs = feats["dev"], None
         score = lambda mdl: evaluate(mdl, dev_feats, raw["dev"], task, cfg.hardware.eval_batch_size,  # noqa: E731
                                      ctx.device, tok.pad_token_id, dev_inputs).as_split("dev")

@@ -19,6 +19,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
+from experiments import batches as B
 from experiments import data as D
 from experiments import metrics as M
 from experiments.cached import Cached
@@ -222,8 +223,8 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
         batches, n_batches, inputs, score_feats = fe_inputs(cfg, ctx, backbone, feats, tok_key, pooled)
         model.backbone = None  # the cached states stand in for it
     else:
-        batches, n_batches = D.train_batches(feats["train"], cfg.hardware.batch_size, tok.pad_token_id, cfg.seed,
-                                             cfg.train.group_by_length)
+        batches, n_batches = B.train_batches(feats["train"], cfg.hardware.batch_size, tok.pad_token_id, cfg.seed,
+                                             cfg.train.group_by_length, **B.loading(cfg.hardware, ctx.device))
         inputs, score_feats = {s: None for s in feats}, feats
     features_s = time.perf_counter() - t0
 

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from experiments import batches as B
 from experiments import data as D
 from experiments.assets import cache_dir, data_fingerprint
 from experiments.context import RunContext
@@ -222,7 +223,8 @@ def bench_run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
     tok, template, raw, train, evals = prepare(cfg)
     ctx.tokenizer_fingerprint = tokenizer_fingerprint(tok)
     features = {"train": train, "eval": evals}
-    gen, _ = D.train_batches(train, cfg.hardware.batch_size, tok.pad_token_id, cfg.seed, cfg.train.group_by_length)
+    gen, _ = B.train_batches(train, cfg.hardware.batch_size, tok.pad_token_id, cfg.seed, cfg.train.group_by_length,
+                             **B.loading(cfg.hardware, ctx.device))
     batches, epoch = [], 0
     while len(batches) < max(m.steps, m.memory_steps):  # the first batches of the run, over epochs if it is small
         batches += list(gen(epoch))

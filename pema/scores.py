@@ -28,7 +28,7 @@ import torch
 from omegaconf import DictConfig
 from torch import nn
 
-from experiments import data as D
+from experiments import batches as B
 from experiments.context import RunContext
 from experiments.evaluate import forward_logits, token_inputs
 from experiments.finetune import encode_dev, fit_and_score, prepare, record_samples
@@ -114,8 +114,8 @@ def train_arms(cfg: DictConfig, ctx: RunContext, noise_floor: bool = False) -> A
     dev = encode_dev(cfg, tok, raw)
     ctx.tokenizer_fingerprint = tokenizer_fingerprint(tok)
     record_samples(cfg, ctx, raw, train, evals)
-    batches, n_batches = D.train_batches(train, cfg.hardware.batch_size, tok.pad_token_id, cfg.seed,
-                                         cfg.train.group_by_length)
+    batches, n_batches = B.train_batches(train, cfg.hardware.batch_size, tok.pad_token_id, cfg.seed,
+                                         cfg.train.group_by_length, **B.loading(cfg.hardware, ctx.device))
     start = _rng_state(ctx.device)
     features = {"train": train, "eval": evals, **({"dev": dev} if dev is not None else {})}
 

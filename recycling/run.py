@@ -5,6 +5,7 @@ import logging
 
 from omegaconf import DictConfig, OmegaConf
 
+from experiments import batches as B
 from experiments import data as D
 from experiments.context import RunContext
 from experiments.finetune import encode_dev, fit_and_score, prepare, record_samples
@@ -35,7 +36,8 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
     extra = {"recycling/k": k, "recycling/layers_reduced_pct": 100.0 * k / len(blocks(model.encoder)),
              "train/lr": float(cfg.train.lr)}
     if lower is None:
-        batches, n_batches = D.train_batches(train, hw.batch_size, pad, cfg.seed, cfg.train.group_by_length)
+        batches, n_batches = B.train_batches(train, hw.batch_size, pad, cfg.seed, cfg.train.group_by_length,
+                                             **B.loading(hw, ctx.device))
         metrics = fit_and_score(cfg, ctx, trained, raw, evals, batches, n_batches, pad, dev=dev)
     else:
         store = ctx.store()
