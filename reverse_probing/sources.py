@@ -18,7 +18,7 @@ import tempfile
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from experiments import data as D
+from experiments import batches as B
 from experiments import finetune as F
 from experiments.assets import cache_dir, write_manifest
 from experiments.config import ConfigError
@@ -57,8 +57,8 @@ def finetune(cfg: DictConfig, ctx: RunContext):
     tok, model, raw, train, evals = F.prepare(cfg)
     dev = F.encode_dev(cfg, tok, raw)
     ctx.tokenizer_fingerprint = tokenizer_fingerprint(tok)
-    batches, n_batches = D.train_batches(train, cfg.hardware.batch_size, tok.pad_token_id, cfg.seed,
-                                         cfg.train.group_by_length)
+    batches, n_batches = B.train_batches(train, cfg.hardware.batch_size, tok.pad_token_id, cfg.seed,
+                                         cfg.train.group_by_length, **B.loading(cfg.hardware, ctx.device))
     F.record_samples(cfg, ctx, raw, train, evals)
     metrics = F.fit_and_score(cfg, ctx, model, raw, evals, batches, n_batches, tok.pad_token_id, dev=dev)
     return metrics, model.encoder, tok
