@@ -47,6 +47,8 @@ def weights_path(model: DictConfig) -> str:
     """Where a pretrained model's files are: its verified offline asset directory, or its hub id."""
     if model.source == "offline":
         return str(require("models", model.offline))
+    if model.source == "hub" and model.get("local_dir"):  # the repo's files already on disk (tests, a copy)
+        return str(model.local_dir)
     if model.source == "hub":
         refusal = offline_refusal("model", model.name, model.hf_id, "model") if model.hf_id else None
         if refusal:  # before transformers' ~100-line traceback that ends in "check your internet connection"
@@ -67,7 +69,7 @@ def max_positions(model: DictConfig) -> int | None:
     # a sweep checks thousands of jobs over a handful of models: each config is read once per process (the file's
     # mtime and the offline switch are in the key, so a rebuilt asset or a change of mind is seen)
     stamp = path.stat().st_mtime_ns if model.source == "offline" and path.is_file() else None
-    return _max_positions(model.source, str(path), stamp, model.get("hf_id"), model.family,
+    return _max_positions(model.source, str(path), stamp, model.get("local_dir") or model.get("hf_id"), model.family,
                           json.dumps(fields, sort_keys=True), hub_offline())
 
 
@@ -81,7 +83,7 @@ def _max_positions(source: str, path: str, stamp: int | None, hf_id: str | None,
         config = AutoConfig.from_pretrained(Path(path).parent)
     elif source == "config" or "model_type" in fields:
         config = AutoConfig.for_model(fields.pop("model_type", None) or family, **fields)
-    elif hf_id and not (offline and not in_hf_cache(hf_id)):
+    elif hf_id and (Path(hf_id).is_dir() or not (offline and not in_hf_cache(hf_id))):
         config = AutoConfig.from_pretrained(hf_id)
     else:
         return None
