@@ -1,17 +1,22 @@
-"""Run one paper's tier, experiment after experiment, with a progress line per experiment and a timing summary.
+"""Run a paper's tier, experiment after experiment, with a progress line per experiment, an ETA on a GPU tier, and a
+failure table at the end.
 
-    python -m scripts.tier recycling                  # CPU tier: conf/experiment/recycling/*_cpu.yaml
-    python -m scripts.tier recycling --hardware gpu   # GPU tier: offline_* files (packaged models, full data);
-    HF_HUB_OFFLINE=0 python -m scripts.tier recycling --hardware gpu   # + the paper-scale files (hub ids)
+    python -m scripts.tier recycling                  # CPU tier: the files that declare experiment.tier: cpu
+    python -m scripts.tier recycling --hardware gpu   # GPU tier: tier offline (packaged models, full data);
+    STRATA_HUB=1 python -m scripts.tier recycling --hardware gpu   # + tier hub (paper-scale hub models and data)
+    python -m scripts.tier --hardware gpu recycling pema ...       # make reproduce-gpu: several papers, one ETA
 
     python -m scripts.tier --list                     # every experiment: which command runs it, where records go
-    python -m scripts.tier --smoke finetune eat       # make smoke: every smoke* file, then one overall line
+    python -m scripts.tier --smoke finetune eat       # make smoke: every smoke file, then one overall line
 
-Each experiment is `python -m experiments.run -m experiment=<paper>/<name> publish=true` (finished runs skip, so a
-killed tier resumes where it stopped): a tier is what publishes into results/; no experiment file sets publish, so a
-user's own run or sweep of the same file writes only under outputs/. Benchmarks (`bench*`) and `smoke*` files belong
-to no tier. The wall time of each experiment and of the tier goes to outputs/tiers/<paper>-<hardware>.json beside the
-commit it ran from: the figures the README's tier times quote."""
+Each experiment file declares its tier (`experiment: {tier: ...}`): cpu, offline, hub, manual (a CPU run outside
+every tier, run by hand), bench (a benchmark, timed alone) or smoke. A GPU tier runs the `build_*` files first (they
+save models later files read) and never a CPU-intended one. Each experiment is
+`python -m experiments.run -m experiment=<paper>/<name> publish=true` (finished runs skip, so a killed tier resumes
+where it stopped): a tier is what publishes into results/; no experiment file sets publish. Every experiment runs to
+its end (its runs record failures and the sweep goes on); the tier then counts the failed records per experiment,
+prints a failure table and exits 1 if any run failed. A GPU tier is checked first by scripts.preflight. The wall time
+and failures of each experiment go to outputs/tiers/<paper>-<hardware>.json beside the commit it ran from."""
 from __future__ import annotations
 
 import argparse
@@ -23,20 +28,26 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
+import yaml
+
 REPO = Path(__file__).resolve().parents[1]
-
-
 CONF = REPO / "conf" / "experiment"
+SWEEPS = REPO / "outputs" / "sweeps"
+TIERS = {"cpu": "the CPU tier (make <paper>-cpu)", "offline": "the GPU tier, packaged models (make <paper>)",
+         "hub": "the GPU tier with hub models and data (STRATA_HUB=1 make <paper>)",
+         "manual": "a CPU run outside every tier, run by hand", "bench": "a benchmark, timed alone, in no tier",
+         "smoke": "make smoke"}
 
 
-def kind(name: str) -> str:
-    """What an experiment file is, from its name: `smoke` (make smoke), `bench` (a benchmark, timed alone on a quiet
-    machine, so in no tier), `cpu` (the CPU tier), `offline` (the GPU tier, packaged assets) or `hub` (the GPU tier
-    with hub models and data)."""
-    for prefix in ("smoke", "bench"):
-        if name.startswith(prefix):
-            return prefix
-    return "cpu" if name.endswith("_cpu") else "offline" if name.startswith("offline") else "hub"
+def kind(paper: str, name: str, conf: Path = CONF) -> str:
+    """The tier an experiment file declares (`experiment: {tier: <kind>}`, one of TIERS)."""
+    path = conf / paper / f"{name}.yaml"
+    doc = yaml.safe_load(path.read_text()) or {}
+    value = (doc.get("experiment") or {}).get("tier") if isinstance(doc.get("experiment"), dict) else None
+    if value not in TIERS:
+        raise SystemExit(f"scripts.tier: {path} declares experiment.tier={value!r}: add `experiment: {{tier: <kind>}}` "
+                         f"with kind one of {', '.join(TIERS)}")
+    return value
 
 
 def experiment_names(paper: str, conf: Path = CONF) -> list[str]:
@@ -48,11 +59,22 @@ def experiment_names(paper: str, conf: Path = CONF) -> list[str]:
     return sorted(p.stem for p in folder.glob("*.yaml"))
 
 
+def is_build(name: str) -> bool:
+    return "build" in name.split("_")
+
+
 def experiments(paper: str, hardware: str, conf: Path = CONF, hub: bool = True) -> list[str]:
-    """The tier's experiment files in run order (sorted names): `*_cpu` on CPU, the offline and hub ones otherwise;
-    without the hub (`hub=False`) only the `offline_*` ones, which need nothing but the packaged assets."""
+    """The tier's experiment files in run order: on CPU the `cpu` ones, otherwise the `offline` ones and (with the
+    hub, `hub=True`) the `hub` ones; the `build_*` files first, then by name."""
     wanted = {"cpu"} if hardware == "cpu" else {"offline", "hub"} if hub else {"offline"}
-    return [n for n in experiment_names(paper, conf) if kind(n) in wanted]
+    names = [n for n in experiment_names(paper, conf) if kind(paper, n, conf) in wanted]
+    return sorted(names, key=lambda n: (not is_build(n), n))
+
+
+def hub_online() -> bool:
+    """The one hub switch (STRATA_HUB=1; experiments.hub.online)."""
+    from experiments.hub import online
+    return online()
 
 
 def targets(papers: Sequence[str], hardware: str, conf: Path = CONF) -> list[str]:
@@ -60,10 +82,12 @@ def targets(papers: Sequence[str], hardware: str, conf: Path = CONF) -> list[str
     lines = []
     for paper in papers:
         rows = [(f"{paper}-cpu", "CPU tier", experiments(paper, "cpu", conf)),
-                (paper, f"paper scale (hardware={hardware}; hub ids need HF_HUB_OFFLINE=0)",
+                (paper, f"paper scale (hardware={hardware}; the hub ones need STRATA_HUB=1)",
                  experiments(paper, hardware, conf)),
                 ("", "benchmarks, outside the tiers (run alone on a quiet machine)",
-                 [n for n in experiment_names(paper, conf) if kind(n) == "bench"])]
+                 [n for n in experiment_names(paper, conf) if kind(paper, n, conf) == "bench"]),
+                ("", "CPU runs outside the tiers (by hand)",
+                 [n for n in experiment_names(paper, conf) if kind(paper, n, conf) == "manual"])]
         lines += [f"  {target:<22} {what}: {', '.join(found)}" for target, what, found in rows if found]
     return lines
 
@@ -74,13 +98,14 @@ def listing(papers: Sequence[str], hardware: str, conf: Path = CONF) -> list[str
     rows = []
     for paper in papers:
         for name in experiment_names(paper, conf):
-            k = kind(name)
-            dest = f"results/{paper}/runs/{name}/{dict(cpu='cpu', bench='<hardware>').get(k, hardware)}/"
+            k = kind(paper, name, conf)
+            dest = f"results/{paper}/runs/{name}/{dict(cpu='cpu', manual='cpu', bench='<hardware>').get(k, hardware)}/"
             where = {"smoke": f"make smoke; never publishes (outputs/sweeps/{paper}/{name}/)",
                      "bench": f"benchmark, in no tier; publishes -> {dest} only with publish=true",
                      "cpu": f"make {paper}-cpu publishes -> {dest}",
+                     "manual": f"CPU, outside the tiers (by hand); publishes -> {dest} only with publish=true",
                      "offline": f"make {paper} publishes -> {dest}",
-                     "hub": f"make {paper} with HF_HUB_OFFLINE=0 publishes -> {dest}"}[k]
+                     "hub": f"make {paper} with STRATA_HUB=1 publishes -> {dest}"}[k]
             rows.append((f"conf/experiment/{paper}/{name}.yaml", where))
     width = max((len(f) for f, _ in rows), default=0)
     return (["Every run writes under outputs/; a record goes to results/<paper>/runs/<experiment>/<hardware>/ "
@@ -98,34 +123,109 @@ def git_sha() -> str | None:
     return out.stdout.strip() or None
 
 
-def run_tier(paper: str, hardware: str, names: Sequence[str], launch: Callable[[list[str]], int],
-             out: Path | None = None, say: Callable[[str], None] = print) -> int:
-    """Launch each experiment in turn; stop at the first failure (its exit code is returned). The summary file is
-    written after every experiment, so a killed tier still says how far it got."""
-    tier = f"{paper}-{hardware}"
-    start, done = time.perf_counter(), []
-    summary = {"tier": tier, "git_sha": git_sha(), "threads": os.environ.get("OMP_NUM_THREADS"),
-               "experiments": done, "complete": False}
-    for i, name in enumerate(names, 1):
-        say(f"== [{tier} {i}/{len(names)}] {paper}/{name}  (tier elapsed {clock(time.perf_counter() - start)})")
-        t0 = time.perf_counter()
+def sweep_jobs(folder: Path, started: float) -> list[dict]:
+    """The jobs an experiment's sweep (outputs/sweeps/<paper>/<name>) started since `started`: Hydra rewrites a job's
+    .hydra/overrides.yaml for every job it starts, a skipped one too. Each: run, record (path), status (ok, failed,
+    or none: the job died before writing its record), error (first line), ran (its record is newer than `started`;
+    a finished run skipped is not)."""
+    from experiments.callbacks import written_since
+    jobs = []
+    for d in written_since(folder, started):
+        path = d / "result.json"
+        try:
+            r = json.loads(path.read_text())
+        except (OSError, ValueError):
+            r = {}
+        error = str(r.get("error") or ("" if r.get("status") == "ok" else "no record: the job died before writing it"))
+        jobs.append({"run": d.name, "record": str(path), "status": r.get("status", "none"),
+                     "error": error.strip().splitlines()[0] if error.strip() else "",
+                     "ran": path.exists() and path.stat().st_mtime >= started - 2})
+    return jobs
+
+
+def failure_table(failed: Sequence[dict]) -> list[str]:
+    """experiment | run | error (first line) | record, one row per failed run."""
+    rows = [("experiment", "run", "error", "record")] + [(f["experiment"], f["run"], f["error"][:160], f["record"])
+                                                         for f in failed]
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    return [" | ".join([*(c.ljust(w) for c, w in zip(r[:3], widths)), r[3]]).rstrip() for r in rows]
+
+
+def eta_s(remaining_h: float, spent_s: float, spent_h: float) -> float:
+    """Seconds left: the remaining estimate, scaled by how the measured wall time of what ran so far compared with its
+    estimate (once at least 10 estimated minutes ran; skipped runs count neither way)."""
+    return remaining_h * 3600 * (spent_s / (spent_h * 3600) if spent_h * 60 >= 10 else 1.0)
+
+
+def run_tiers(tiers: Sequence[tuple[str, Sequence[str]]], hardware: str, launch: Callable[[list[str]], int],
+              out_dir: Path | None = None, say: Callable[[str], None] = print, sweeps: Path = SWEEPS,
+              hours: dict[str, float] | None = None, extra: Sequence[str] = ()) -> int:
+    """Run each paper's experiments in turn, every one to its end, then print the failure table; returns 1 if any
+    run failed (or a sweep exited non-zero without a failed record: it died before a job), else 0. Each paper's
+    summary (outputs/tiers/<paper>-<hardware>.json: per experiment its wall time, exit code, runs, runs that ran and
+    failed; the failed runs; complete) is rewritten after every experiment, so a killed tier says how far it got.
+    `hours`: the estimated GPU-hours per <paper>/<name>, for the ETA."""
+    items = [(paper, name) for paper, names in tiers for name in names]
+    label = tiers[0][0] if len(tiers) == 1 else f"{len(tiers)} papers"
+    start = time.perf_counter()
+    spent_s = spent_h = 0.0
+    remaining_h = sum((hours or {}).get(f"{p}/{n}", 0.0) for p, n in items)
+    sha = git_sha()
+    summaries = {paper: {"tier": f"{paper}-{hardware}", "git_sha": sha, "threads": os.environ.get("OMP_NUM_THREADS"),
+                         "experiments": [], "failed": [], "complete": False} for paper, _ in tiers}
+    all_failed: list[dict] = []
+
+    def eta() -> str:
+        return f", ETA {clock(eta_s(remaining_h, spent_s, spent_h))}" if hours else ""
+
+    for i, (paper, name) in enumerate(items, 1):
+        head = f"== [{paper}-{hardware} {i}/{len(items)}] {paper}/{name}"
+        say(f"{head}  (elapsed {clock(time.perf_counter() - start)}{eta()})")
+        t0, wall0 = time.perf_counter(), time.time()
         # publish=true here, never in the experiment files: a tier writes results/, a user's sweep does not
-        cmd = [f"experiment={paper}/{name}", "publish=true"] + ([] if hardware == "cpu" else [f"hardware={hardware}"])
+        cmd = [f"experiment={paper}/{name}", "publish=true", *([] if hardware == "cpu" else [f"hardware={hardware}"]),
+               *extra]
         code = launch(cmd)
         took = time.perf_counter() - t0
-        done.append({"experiment": f"{paper}/{name}", "wall_s": round(took, 1), "exit_code": code})
-        summary["wall_s"] = round(time.perf_counter() - start, 1)
-        if out is not None:
-            _write(out, summary)
-        say(f"== [{tier} {i}/{len(names)}] {paper}/{name} {'done' if code == 0 else f'FAILED (exit {code})'} in "
-            f"{clock(took)}  (tier elapsed {clock(time.perf_counter() - start)})")
-        if code != 0:
-            return code
-    summary["complete"] = True
-    if out is not None:
-        _write(out, summary)
-    say(f"== [{tier}] {len(names)} experiments in {clock(time.perf_counter() - start)}")
-    return 0
+        jobs = sweep_jobs(sweeps / paper / name, wall0)
+        failed = [{"experiment": f"{paper}/{name}", **{k: j[k] for k in ("run", "error", "record")}}
+                  for j in jobs if j["status"] != "ok"]
+        if code and not failed:
+            failed = [{"experiment": f"{paper}/{name}", "run": "-", "error": f"the sweep exited with code {code}",
+                       "record": "-"}]
+        ran = sum(j["ran"] for j in jobs)
+        est = (hours or {}).get(f"{paper}/{name}", 0.0)
+        remaining_h -= est
+        spent_s, spent_h = spent_s + took, spent_h + (est * ran / len(jobs) if jobs else 0.0)
+        summary = summaries[paper]
+        summary["experiments"].append({"experiment": f"{paper}/{name}", "wall_s": round(took, 1), "exit_code": code,
+                                       "runs": len(jobs), "ran": ran, "failed": len(failed)})
+        summary["failed"] += failed
+        summary["wall_s"] = round(sum(e["wall_s"] for e in summary["experiments"]), 1)
+        all_failed += failed
+        if out_dir is not None:
+            _write(out_dir / f"{paper}-{hardware}.json", summary)
+        state = f"{len(failed)} FAILED" if failed else "done"
+        say(f"{head} {state}: {len(jobs)} runs ({ran} ran, {len(jobs) - ran} finished before) in {clock(took)}  "
+            f"(elapsed {clock(time.perf_counter() - start)}{eta()})")
+    for paper, summary in summaries.items():
+        summary["complete"] = not summary["failed"]
+        if out_dir is not None:
+            _write(out_dir / f"{paper}-{hardware}.json", summary)
+    runs = sum(e["runs"] for s in summaries.values() for e in s["experiments"])
+    say(f"== [{label}] {len(items)} experiments, {runs} runs, {len(all_failed)} failed in "
+        f"{clock(time.perf_counter() - start)}")
+    if all_failed:
+        say("== failed runs (each record keeps its traceback; rerun the same command: finished runs are skipped)\n"
+            + "\n".join(failure_table(all_failed)))
+    return 1 if all_failed else 0
+
+
+def run_tier(paper: str, hardware: str, names: Sequence[str], launch: Callable[[list[str]], int],
+             out_dir: Path | None = None, say: Callable[[str], None] = print, sweeps: Path = SWEEPS,
+             hours: dict[str, float] | None = None, extra: Sequence[str] = ()) -> int:
+    """One paper's tier: run_tiers."""
+    return run_tiers([(paper, names)], hardware, launch, out_dir, say, sweeps, hours, extra)
 
 
 def smoke(papers: Sequence[str], launch: Callable[[list[str]], int], sweeps: Path = REPO / "outputs" / "sweeps",
@@ -136,7 +236,8 @@ def smoke(papers: Sequence[str], launch: Callable[[list[str]], int], sweeps: Pat
     result.json files written under outputs/sweeps/<exp_id> since it started (a smoke file's exp_id is
     <paper>/<name>); a sweep that exits non-zero with no failed record (it died before a job) counts one failure.
     Returns 1 if anything failed."""
-    files = [(paper, name) for paper in papers for name in experiment_names(paper, conf) if kind(name) == "smoke"]
+    files = [(paper, name) for paper in papers for name in experiment_names(paper, conf)
+             if kind(paper, name, conf) == "smoke"]
     start, runs, failed = time.perf_counter(), 0, []
     for i, (paper, name) in enumerate(files, 1):
         say(f"== [smoke {i}/{len(files)}] {paper}/{name}  (elapsed {clock(time.perf_counter() - start)})")
@@ -159,39 +260,61 @@ def _write(path: Path, obj: dict) -> None:
     os.replace(tmp, path)  # atomic: a killed tier never leaves half a summary
 
 
+def estimates(path: Path = REPO / "conf" / "tier_costs.yaml") -> dict[str, float]:
+    """<paper>/<name> -> the middle of its estimated GPU-hours (conf/tier_costs.yaml), for the ETA."""
+    table = (yaml.safe_load(path.read_text()) or {}).get("gpu_hours") or {}
+    return {k: (float(v[0]) + float(v[-1])) / 2 for k, v in table.items()}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("paper", nargs="*", help="one paper to run; with --list or --targets, the papers to describe "
-                    "(default: every folder of conf/experiment)")
-    ap.add_argument("--hardware", default="cpu", help="cpu (the *_cpu experiments) or a hardware config (gpu)")
+    ap.add_argument("paper", nargs="*", help="the papers to run, in order; with --list or --targets, the papers to "
+                    "describe (default: every folder of conf/experiment)")
+    ap.add_argument("--hardware", default="cpu", help="cpu (the cpu experiments) or a hardware config (gpu)")
     ap.add_argument("--list", action="store_true", help="print each experiment, its command and where its records "
                     "go (make list); runs nothing")
     ap.add_argument("--targets", action="store_true", help="print make help's lines for each paper; runs nothing")
-    ap.add_argument("--smoke", action="store_true", help="run the papers' smoke* files (make smoke)")
+    ap.add_argument("--smoke", action="store_true", help="run the papers' smoke files (make smoke)")
+    ap.add_argument("--force", action="store_true", help="GPU tier: start although the pre-flight's disk estimate "
+                    "exceeds the free disk")
+    ap.add_argument("--allow-dirty", action="store_true", help="publish from a tree with uncommitted changes (each "
+                    "record says so); without it such a tree is refused before any run")
     args = ap.parse_args(argv)
+    every = sorted(p.name for p in CONF.iterdir() if p.is_dir())
     if args.list or args.targets:
-        papers = args.paper or sorted(p.name for p in CONF.iterdir() if p.is_dir())
-        print("\n".join((listing if args.list else targets)(papers, args.hardware)))
+        print("\n".join((listing if args.list else targets)(args.paper or every, args.hardware)))
         return 0
 
     def launch(overrides: list[str]) -> int:
         return subprocess.run([sys.executable, "-m", "experiments.run", "-m", *overrides], cwd=REPO).returncode
 
     if args.smoke:
-        return smoke(args.paper or sorted(p.name for p in CONF.iterdir() if p.is_dir()), launch)
-    if len(args.paper) != 1:
-        ap.error("name one paper to run")
-    args.paper = args.paper[0]
-    hub = os.environ.get("HF_HUB_OFFLINE", "1") == "0"
-    names = experiments(args.paper, args.hardware, hub=hub)
+        return smoke(args.paper or every, launch)
+    if not args.paper:
+        ap.error("name the papers to run")
+    hub = hub_online()
+    tiers = [(paper, experiments(paper, args.hardware, hub=hub)) for paper in args.paper]
     if args.hardware != "cpu" and not hub:
-        skipped = sorted(set(experiments(args.paper, args.hardware)) - set(names))
-        print(f"scripts.tier: offline (HF_HUB_OFFLINE != 0): the packaged-model experiments only; skipped "
-              f"{', '.join(skipped) or 'none'} (hub models and data: HF_HUB_OFFLINE=0 HF_DATASETS_OFFLINE=0)")
-    if not names:
-        raise SystemExit(f"scripts.tier: paper {args.paper!r} has no {args.hardware} experiments")
-    return run_tier(args.paper, args.hardware, names, launch,
-                    out=REPO / "outputs" / "tiers" / f"{args.paper}-{args.hardware}.json")
+        for paper, names in tiers:
+            skipped = sorted(set(experiments(paper, args.hardware)) - set(names))
+            print(f"scripts.tier: {paper}: the hub is off: the packaged-model experiments only; skipped "
+                  f"{', '.join(skipped) or 'none'} (STRATA_HUB=1 turns the hub on for models and datasets)")
+    for paper, names in tiers:
+        if not names:
+            raise SystemExit(f"scripts.tier: paper {paper!r} has no {args.hardware} experiments")
+    if args.hardware == "cpu":
+        from experiments.results import git_dirty
+        if git_dirty() and not args.allow_dirty:
+            raise SystemExit("scripts.tier: refused: the tree has uncommitted changes and a tier publishes "
+                             "(publish=true), which every run would refuse: commit first, or pass --allow-dirty "
+                             "(make <paper>-cpu ALLOW_DIRTY=1; the records say so)")
+    else:
+        from scripts import preflight
+        if preflight.check(args.paper, args.hardware, force=args.force, allow_dirty=args.allow_dirty):
+            return 1
+    return run_tiers(tiers, args.hardware, launch, out_dir=REPO / "outputs" / "tiers",
+                     hours=None if args.hardware == "cpu" else estimates(),
+                     extra=["allow_dirty=true"] if args.allow_dirty else [])
 
 
 if __name__ == "__main__":
