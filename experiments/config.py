@@ -32,8 +32,14 @@ class ModelConfig:
 
 @dataclass
 class HubData:
-    path: Optional[str] = None  # datasets.load_dataset path
+    path: Optional[str] = None  # datasets.load_dataset path: the hub repo id (conf/hub_manifest.yaml's key)
     name: Optional[str] = None  # its config name
+    # the repo's commit or ref to read, as conf/hub_manifest.yaml pins it (null: main). A repo that ships a loading
+    # script (datasets 5 refuses those) pins refs/convert/parquet, the hub's parquet export of it
+    revision: Optional[str] = None
+    # or read the repo's own files at `revision` through a packaged builder: {split: path in the repo}
+    data_files: Optional[dict[str, str]] = None
+    builder: Optional[str] = None  # the packaged builder that reads data_files: json | parquet | csv
 
 
 @dataclass

@@ -6,6 +6,7 @@ import json
 import logging
 import random
 from pathlib import Path
+from urllib.parse import quote
 
 import datasets
 import torch
@@ -33,11 +34,22 @@ def _source(task: DictConfig, data: DictConfig) -> str:
 
 
 def _hub(task: DictConfig, split: str | None = None):
-    """datasets.load_dataset of a hub task. Offline and not cached, datasets fails at once with a ConnectionError;
-    it becomes one line with the switch first, not a long traceback ending in "couldn't reach the hub". (The load
-    itself is the cache test: a guess at the datasets cache's layout would refuse copies it does hold.)"""
+    """datasets.load_dataset of a hub task at its pinned revision, or of the repo's own files (hf.data_files) through
+    a packaged builder. Offline and not cached, datasets fails at once with a ConnectionError; it becomes one line
+    with the switch first, not a long traceback ending in "couldn't reach the hub". (The load itself is the cache
+    test: a guess at the datasets cache's layout would refuse copies it does hold.)"""
+    hf = task.hf
     try:
-        return datasets.load_dataset(task.hf.path, task.hf.name, split=split)
+        if hf.get("data_files"):
+            if not hf.get("builder"):
+                raise ConfigError(f"task {task.name}: task.hf.data_files is set but task.hf.builder=None: name the "
+                                  "packaged builder that reads them (json, parquet or csv)")
+            at = f"hf://datasets/{hf.path}@{quote(hf.revision or 'main', safe='')}"
+            files = {s: f"{at}/{f}" for s, f in hf.data_files.items()}
+            return datasets.load_dataset(hf.builder, data_files=files, split=split)
+        if hf.get("revision"):
+            return datasets.load_dataset(hf.path, hf.name, split=split, revision=hf.revision)
+        return datasets.load_dataset(hf.path, hf.name, split=split)
     except ConnectionError:
         refusal = offline_refusal("task", task.name, task.hf.path, "dataset", cached=False)
         if refusal is None:

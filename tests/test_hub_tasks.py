@@ -4,6 +4,7 @@ source), is served in place of `datasets.load_dataset`, and the suite's real cod
 a one-step fine-tuning run scored with the task's metrics, and intrinsic_dim's prompts where it has a template. A
 renamed column, a missing split or label names out of the hub's order fail here, not in a GPU user's first run."""
 import json
+import re
 from pathlib import Path
 
 import datasets
@@ -41,8 +42,12 @@ def load_fixture(path: str, name: str | None) -> tuple[dict, datasets.DatasetDic
 
 @pytest.fixture
 def hub(monkeypatch):
-    """Serve the fixtures through `datasets.load_dataset` (what experiments.data calls for source=hub)."""
-    def load_dataset(path, name=None, split=None, **kwargs):
+    """Serve the fixtures through `datasets.load_dataset` (what experiments.data calls for source=hub): by repo id
+    and config, or, for a repo read through a packaged builder, by the repo its hf://datasets/<repo>@<rev>/ files
+    name."""
+    def load_dataset(path, name=None, split=None, data_files=None, revision=None, **kwargs):
+        if data_files:
+            path, name = re.match(r"hf://datasets/([^@]+)@", next(iter(data_files.values()))).group(1), None
         _, dd = load_fixture(path, name)
         if split is None:
             return dd
