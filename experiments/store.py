@@ -226,36 +226,177 @@ def _model_device(model: torch.nn.Module) -> torch.device:
     return p.device if p is not None else torch.device("cpu")
 
 
+def token_batches(lengths: Sequence[int], batch_size: int, token_budget: int | None = None) -> list[list[int]]:
+    """Consecutive positions of `lengths` cut into batches of at most `batch_size` examples and, with a budget, at
+    most `token_budget` padded tokens (batch size x its longest example); an example longer than the budget is a
+    batch alone. Callers pass length-sorted order (longest first), so a batch pads little."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size={batch_size}; need >= 1")
+    if token_budget is not None and token_budget < 1:
+        raise ValueError(f"token_budget={token_budget}; need >= 1 or None (no budget)")
+    out: list[list[int]] = []
+    cur: list[int] = []
+    longest = 0
+    for p, n in enumerate(lengths):
+        t = max(longest, n)
+        if cur and (len(cur) >= batch_size or (token_budget is not None and (len(cur) + 1) * t > token_budget)):
+            out.append(cur)
+            cur, t = [], n
+        cur.append(p)
+        longest = t
+    if cur:
+        out.append(cur)
+    return out
+
+
+def _collate(examples: Sequence[dict], bidx: Sequence[int], device: torch.device) -> tuple[dict[str, Any], list[int]]:
+    """Right-padded model inputs of `examples[bidx]` on `device`, and the real lengths."""
+    lens = [len(examples[i]["input_ids"]) for i in bidx]
+    T = max(lens)
+    ids = torch.zeros(len(bidx), T, dtype=torch.long)
+    mask = torch.zeros(len(bidx), T, dtype=torch.long)
+    use_tt = any(examples[i].get("token_type_ids") is not None for i in bidx)
+    tt = torch.zeros(len(bidx), T, dtype=torch.long) if use_tt else None
+    for b, i in enumerate(bidx):
+        ids[b, :lens[b]] = torch.as_tensor(examples[i]["input_ids"], dtype=torch.long)
+        mask[b, :lens[b]] = 1
+        if tt is not None and examples[i].get("token_type_ids") is not None:
+            tt[b, :lens[b]] = torch.as_tensor(examples[i]["token_type_ids"], dtype=torch.long)
+    kwargs: dict[str, Any] = {"input_ids": ids.to(device), "attention_mask": mask.to(device)}
+    if tt is not None:
+        kwargs["token_type_ids"] = tt.to(device)
+    return kwargs, lens
+
+
 def batched_hidden_states(model: torch.nn.Module, examples: Sequence[dict], idxs: Sequence[int],
-                          batch_size: int, device: torch.device) -> Iterator[tuple[list[int], tuple, list[int]]]:
+                          batch_size: int, device: torch.device, token_budget: int | None = None
+                          ) -> Iterator[tuple[list[int], tuple, list[int]]]:
     """Forward `examples[idxs]` in right-padded batches (eval mode, inference_mode): yields
-    (example indices, HF hidden_states tuple of (B, T_max, d), real lengths) per batch."""
+    (example indices, HF hidden_states tuple of (B, T_max, d), real lengths) per batch. Keeps every layer at every
+    position of a batch: `selected_states` keeps only what a caller needs."""
     was_training = model.training
     model.eval()
     try:
         with torch.inference_mode():
-            for s in range(0, len(idxs), batch_size):
-                bidx = list(idxs[s:s + batch_size])
-                lens = [len(examples[i]["input_ids"]) for i in bidx]
-                T = max(lens)
-                ids = torch.zeros(len(bidx), T, dtype=torch.long)
-                mask = torch.zeros(len(bidx), T, dtype=torch.long)
-                use_tt = any(examples[i].get("token_type_ids") is not None for i in bidx)
-                tt = torch.zeros(len(bidx), T, dtype=torch.long) if use_tt else None
-                for b, i in enumerate(bidx):
-                    ids[b, :lens[b]] = torch.as_tensor(examples[i]["input_ids"], dtype=torch.long)
-                    mask[b, :lens[b]] = 1
-                    if tt is not None and examples[i].get("token_type_ids") is not None:
-                        tt[b, :lens[b]] = torch.as_tensor(examples[i]["token_type_ids"], dtype=torch.long)
-                kwargs: dict[str, Any] = {"input_ids": ids.to(device), "attention_mask": mask.to(device),
-                                          "output_hidden_states": True}
-                if tt is not None:
-                    kwargs["token_type_ids"] = tt.to(device)
-                out = model(**kwargs)
+            lengths = [len(examples[i]["input_ids"]) for i in idxs]
+            for pos in token_batches(lengths, batch_size, token_budget):
+                bidx = [idxs[p] for p in pos]
+                kwargs, lens = _collate(examples, bidx, device)
+                out = model(**kwargs, output_hidden_states=True)
                 hs = out.hidden_states if hasattr(out, "hidden_states") else out["hidden_states"]
                 if hs is None:
                     raise ValueError(f"{type(model).__name__} returned no hidden_states")
                 yield bidx, hs, lens
+    finally:
+        model.train(was_training)
+
+
+class _Stop(Exception):
+    """Raised by a hook once every requested layer is captured: the rest of the forward is not needed."""
+
+
+def _blocks(model: torch.nn.Module) -> torch.nn.ModuleList | None:
+    """The model's stack of `num_hidden_layers` blocks (hidden_states[k] is block k-1's output), or None."""
+    n = getattr(getattr(model, "config", None), "num_hidden_layers", None)
+    if not isinstance(n, int) or n < 1:
+        return None
+    return next((m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m) == n), None)
+
+
+def _slice(h: torch.Tensor, last: torch.Tensor | None) -> torch.Tensor:
+    """(B, T, d) -> the kept positions: every position, or (B, 1, d) at each example's last real token."""
+    return h if last is None else h[torch.arange(h.size(0), device=h.device), last.to(h.device)].unsqueeze(1)
+
+
+def _hooked_forward(model: torch.nn.Module, blocks: torch.nn.ModuleList, kwargs: dict, layers: Sequence[int],
+                    last: torch.Tensor | None) -> dict[int, torch.Tensor]:
+    """{layer: states at the kept positions} for the HF hidden_states indices `layers`, captured by forward hooks
+    (0 = block 0's input, k = block k-1's output, L = the model's last_hidden_state, i.e. after a final norm where
+    the model has one), so no other layer or position is ever held; the forward stops after the deepest one."""
+    L = len(blocks)
+    want = set(layers)
+    got: dict[int, torch.Tensor] = {}
+    deepest = max(want)
+
+    def pre(_m, args, kw):
+        x = args[0] if args else kw["hidden_states"]
+        got[0] = _slice(x, last)
+        if deepest == 0:
+            raise _Stop
+
+    def post(k):
+        def hook(_m, _args, output):
+            if k in want and k < L:
+                got[k] = _slice(output[0] if isinstance(output, tuple) else output, last)
+            if k == deepest and k < L:
+                raise _Stop
+        return hook
+
+    handles = []
+    try:
+        if 0 in want:
+            handles.append(blocks[0].register_forward_pre_hook(pre, with_kwargs=True))
+        handles += [blocks[k - 1].register_forward_hook(post(k)) for k in range(1, min(deepest, L - 1) + 1)]
+        try:
+            out = model(**kwargs)
+        except _Stop:
+            return got
+        if L in want:
+            h = out.last_hidden_state if hasattr(out, "last_hidden_state") else out["last_hidden_state"]
+            got[L] = _slice(h, last)
+        return got
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+# model class -> whether its hook-captured states equal its hidden_states bit for bit (checked once per process)
+_HOOKS_MATCH: dict[type, bool] = {}
+
+
+def _hooks_match(model: torch.nn.Module, blocks: torch.nn.ModuleList, kwargs: dict) -> bool:
+    """Compare hooks against output_hidden_states on one example, once per model class; a class whose states differ
+    keeps the full extraction (correct, only larger)."""
+    cls = type(model)
+    if cls not in _HOOKS_MATCH:
+        one = {k: v[:1, : int(kwargs["attention_mask"][0].sum())] for k, v in kwargs.items()}
+        full = model(**one, output_hidden_states=True)
+        full = full.hidden_states if hasattr(full, "hidden_states") else full["hidden_states"]
+        hooked = _hooked_forward(model, blocks, one, range(len(full)), None)
+        ok = len(full) == len(blocks) + 1 and all(torch.equal(full[k], hooked[k]) for k in range(len(full)))
+        if not ok:
+            log.warning("activation store: %s's hook-captured states differ from its hidden_states; extracting "
+                        "every layer and position for it", cls.__name__)
+        _HOOKS_MATCH[cls] = ok
+    return _HOOKS_MATCH[cls]
+
+
+def selected_states(model: torch.nn.Module, examples: Sequence[dict], idxs: Sequence[int],
+                    layers: dict[int, Sequence[int]], select: str, batch_size: int, device: torch.device,
+                    token_budget: int | None = None) -> Iterator[tuple[list[int], dict[int, torch.Tensor], list[int]]]:
+    """Forward `examples[idxs]` in right-padded batches (eval mode, inference_mode), keeping only the layers each
+    example needs (`layers[i]`, HF hidden_states indices) at the positions `select` keeps ("all" or "last"): yields
+    (example indices, {layer: (B, T_max or 1, d)}, real lengths). Same values as `batched_hidden_states`; what is held
+    per batch is (layers needed) x (positions kept) instead of every layer at every position."""
+    blocks = _blocks(model)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            lengths = [len(examples[i]["input_ids"]) for i in idxs]
+            for pos in token_batches(lengths, batch_size, token_budget):
+                bidx = [idxs[p] for p in pos]
+                kwargs, lens = _collate(examples, bidx, device)
+                want = sorted({k for i in bidx for k in layers[i]})
+                last = torch.as_tensor(lens) - 1 if select == "last" else None
+                if blocks is not None and _hooks_match(model, blocks, kwargs):
+                    yield bidx, _hooked_forward(model, blocks, kwargs, want, last), lens
+                    continue
+                out = model(**kwargs, output_hidden_states=True)
+                hs = out.hidden_states if hasattr(out, "hidden_states") else out["hidden_states"]
+                if hs is None:
+                    raise ValueError(f"{type(model).__name__} returned no hidden_states")
+                yield bidx, {k: _slice(hs[k], last) for k in want}, lens
     finally:
         model.train(was_training)
 
@@ -439,13 +580,17 @@ class ActivationStore:
     # ---- the main call -----------------------------------------------------------------------------
     def hidden_states(self, model: torch.nn.Module, examples: Sequence[dict], layers: Sequence[int] | str,
                       *, tokenizer_key: str, max_length: int, select: str = "all", batch_size: int = 32,
-                      device: Any = None, model_key: str | None = None) -> LayerStates:
+                      device: Any = None, model_key: str | None = None,
+                      token_budget: int | None = None) -> LayerStates:
         """Ensure every (example, layer) is stored, computing only what is missing; return a lazy view.
 
         `layers`: HF hidden_states indices (0 = embedding output, k = output of block k) or "all".
         `select`: "all" keeps every real token, (T_i, d); "last" keeps the last real token, (1, d).
         `device`: where to compute (default: where the model is; the model is moved there if needed).
         `model_key`: identifies the model instead of `model_fingerprint(model)` (skips hashing the weights).
+        `token_budget`: at most this many padded tokens per forward (batch size x longest example), on top of
+        `batch_size`; None = `batch_size` alone. Batching never changes a key, so cached entries are reused.
+        Only the requested layers at the selected positions are held while computing (`selected_states`).
         """
         if select not in ("all", "last"):
             raise ValueError(f"select must be 'all' or 'last', got {select!r}")
@@ -472,7 +617,7 @@ class ActivationStore:
             keys.append([self._layer_key(base, k) for k in layer_list])
 
         view = LayerStates(self, model, examples, layer_list, keys, select, fp if model_key is None else None,
-                           batch_size, device)
+                           batch_size, device, token_budget)
         if any(k not in self._index for row in keys for k in row):
             self.refresh()  # another process may have computed them meanwhile
         need = self._missing(keys)
@@ -507,13 +652,15 @@ class ActivationStore:
         idxs = sorted(need, key=lambda i: -len(view.examples[i]["input_ids"]))  # similar lengths pad less
         bar = Progress(len(idxs), "activation store", unit="ex")
         try:
-            batches = batched_hidden_states(view.model, view.examples, idxs, view.batch_size, view.device)
+            layers = {i: [view.layers[j] for j in need[i]] for i in idxs}
+            batches = selected_states(view.model, view.examples, idxs, layers, view.select, view.batch_size,
+                                      view.device, view.token_budget)
             for bidx, hs, lens in batches:
                 bar.update(len(bidx))
                 for b, i in enumerate(bidx):
                     for j in need[i]:
                         h = hs[view.layers[j]][b]
-                        h = h[: lens[b]] if view.select == "all" else h[lens[b] - 1: lens[b]]
+                        h = h[: lens[b]] if view.select == "all" else h
                         arr = h.to(dtype=self.dtype, device="cpu").numpy()
                         writer.add(view.keys[i][j], arr)
                         self.stats.computed += 1
@@ -788,7 +935,7 @@ class LayerStates:
 
     def __init__(self, store: ActivationStore, model: torch.nn.Module, examples: Sequence[dict],
                  layers: list[int], keys: list[list[str]], select: str, fingerprint: str | None,
-                 batch_size: int, device: torch.device):
+                 batch_size: int, device: torch.device, token_budget: int | None = None):
         self.store = store
         self.model = model
         self.examples = examples
@@ -797,6 +944,7 @@ class LayerStates:
         self.select = select
         self.batch_size = batch_size
         self.device = device
+        self.token_budget = token_budget
         self._fingerprint = fingerprint  # None when the caller named the model (model_key)
         self.lengths = [len(ex["input_ids"]) if select == "all" else 1 for ex in examples]
 

@@ -584,3 +584,94 @@ def test_cli_check_and_compact(tmp_path, bert, monkeypatch, capsys):
     with pytest.raises(SystemExit):
         main(["--dir", str(tmp_path / "nowhere"), "--check"])
     assert "nowhere" in capsys.readouterr().err
+
+
+def tiny_family(arch: str) -> torch.nn.Module:
+    """Tiny random backbones of the families the suite extracts from (own hooks must see what hidden_states sees)."""
+    from transformers import (DebertaV2Config, DebertaV2Model, DistilBertConfig, DistilBertModel, MistralConfig,
+                              MistralModel, RobertaConfig, RobertaModel)
+    torch.manual_seed(0)
+    small = dict(vocab_size=100, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=64,
+                 max_position_embeddings=64)
+    if arch == "llama":
+        return LlamaModel(LlamaConfig(**small, num_key_value_heads=2)).eval()
+    if arch == "mistral":
+        return MistralModel(MistralConfig(**small, num_key_value_heads=2)).eval()
+    if arch == "bert":
+        return BertModel(BertConfig(**small)).eval()
+    if arch == "roberta":
+        return RobertaModel(RobertaConfig(**small, pad_token_id=1)).eval()
+    if arch == "deberta":
+        return DebertaV2Model(DebertaV2Config(**small, relative_attention=True, pos_att_type=["p2c", "c2p"])).eval()
+    return DistilBertModel(DistilBertConfig(vocab_size=100, dim=32, n_layers=3, n_heads=4, hidden_dim=64,
+                                            max_position_embeddings=64)).eval()
+
+
+@pytest.mark.parametrize("arch", ["llama", "mistral", "bert", "roberta", "deberta", "distilbert"])
+@pytest.mark.parametrize("select", ["last", "all"])
+def test_selected_states_equal_full_extraction(arch, select):
+    model = tiny_family(arch)
+    exs = make_examples(9, seed=3)
+    idxs = sorted(range(9), key=lambda i: -len(exs[i]["input_ids"]))
+    L = model.config.num_hidden_layers
+    store_mod._HOOKS_MATCH.pop(type(model), None)
+    full = {i: (hs, lens[b], b) for bidx, hs, lens in
+            store_mod.batched_hidden_states(model, exs, idxs, 4, torch.device("cpu")) for b, i in enumerate(bidx)}
+    want = {i: [0, 2, L] if i % 2 else [1] for i in idxs}
+    for bidx, got, lens in store_mod.selected_states(model, exs, idxs, want, select, 4, torch.device("cpu")):
+        assert sorted(got) == sorted({k for i in bidx for k in want[i]})  # only the layers this batch needs
+        for b, i in enumerate(bidx):
+            hs, n, fb = full[i]
+            for k in want[i]:
+                ref = hs[k][fb, :n] if select == "all" else hs[k][fb, n - 1:n]
+                h = got[k][b, :n] if select == "all" else got[k][b]
+                assert h.shape == ref.shape and torch.equal(h, ref), (arch, i, k)
+    assert store_mod._HOOKS_MATCH[type(model)]  # the hooks were used, not the full fallback
+
+
+def test_last_keeps_one_position_and_stops_after_the_deepest_layer(bert):
+    exs = make_examples(6, seed=1)
+    calls = []
+    hooks = [blk.register_forward_hook(lambda m, a, o, k=k: calls.append(k)) for k, blk in
+             enumerate(bert.encoder.layer)]
+    try:
+        out = list(store_mod.selected_states(bert, exs, list(range(6)), {i: [1] for i in range(6)}, "last", 8,
+                                             torch.device("cpu")))
+    finally:
+        for h in hooks:
+            h.remove()
+    (bidx, got, _), = out
+    assert list(got) == [1] and got[1].shape == (6, 1, 32)  # one layer, one position per example
+    assert calls == [0] or calls == [0, 0]  # block 1 never ran (a second block-0 call is the one-off check)
+
+
+@pytest.mark.parametrize("budget", [None, 1, 20, 40, 1000])
+def test_token_batches_obey_the_budget(budget):
+    lengths = sorted([random.Random(s).randint(1, 16) for s in range(40)], reverse=True)
+    batches = store_mod.token_batches(lengths, 8, budget)
+    assert [p for b in batches for p in b] == list(range(40))  # every example once, in order
+    for b in batches:
+        assert len(b) <= 8
+        if budget is not None and len(b) > 1:
+            assert len(b) * max(lengths[p] for p in b) <= budget
+    if budget == 1:
+        assert all(len(b) == 1 for b in batches)  # longer than the budget: a batch alone
+    with pytest.raises(ValueError, match="token_budget=0"):
+        store_mod.token_batches(lengths, 8, 0)
+
+
+def test_token_budget_bounds_each_forward_and_keeps_the_states(tmp_path):
+    model = tiny_llama()
+    exs = make_examples(12, seed=2)
+    shapes = []
+    h = model.register_forward_pre_hook(lambda m, a, kw: shapes.append(tuple(kw["input_ids"].shape)),
+                                        with_kwargs=True)
+    try:
+        budgeted = get(ActivationStore(tmp_path / "a", torch.float32), model, exs, select="last", batch_size=8,
+                       token_budget=24)
+    finally:
+        h.remove()
+    plain = get(ActivationStore(tmp_path / "b", torch.float32), model, exs, select="last", batch_size=8)
+    assert shapes and all(b == 1 or b * t <= 24 for b, t in shapes)
+    for i in range(12):
+        np.testing.assert_allclose(budgeted[i].numpy(), plain[i].numpy(), rtol=1e-5, atol=1e-6)
