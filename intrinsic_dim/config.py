@@ -43,6 +43,8 @@ class IntrinsicDimConfig(MethodConfig):
     id_device: str = "auto"  # ours: where the estimators run (auto = cuda when present)
     # --- extraction ---
     batch_size: int = 32  # ours: prompts per forward pass (length-sorted batches)
+    extract_token_budget: Optional[int] = None  # ours: also at most this many padded tokens per forward (batch size
+    #   x longest prompt), so long k-shot prompts go in smaller batches; None = batch_size alone
     store_dtype: str = "fp32"  # ours: activation-store dtype; fp16 perturbs nearest-neighbour distances
     # --- SFT (spec §1.4) ---
     lora_r: int = 64  # [P] (the stored detailed-FT yaml says 128; spec §5.9)
@@ -56,6 +58,10 @@ class IntrinsicDimConfig(MethodConfig):
     sft_batch_size: int = 16  # [P]
     sft_warmup_ratio: float = 0.1  # [C] linear schedule, HF default AdamW (no weight decay)
     sft_max_length: int = 1024  # [C] max_seq_length
+    sft_precision: str = "hardware"  # ours: hardware (= hardware.precision: fp32 on CPU, bf16 autocast on GPU),
+    #   fp32 or bf16; fp16 is refused (no loss scaling here)
+    sft_gradient_checkpointing: bool = False  # ours: recompute block activations in backward (same gradients,
+    #   a fraction of the memory; the paper-scale configs turn it on)
     sft_group_by_length: bool = True  # ours: length-grouped batches (less padding on CPU); [C] shuffles plainly
     sft_eval_train_n: Optional[int] = None  # ours: cap on train prompts measured per checkpoint (None = all n_train)
     checkpoint_dir: Optional[str] = None  # ours: LoRA checkpoint cache (default: <store dir>/../lora-checkpoints)

@@ -69,12 +69,16 @@ def label_token_ids(tokenizer, labels: Sequence[str], in_context: bool = False) 
     return ids
 
 
-def tokenize(tokenizer, prompts: Sequence[str], max_tokens: int) -> list[dict]:
-    """Store examples ({"input_ids"}), tokenizer defaults (BOS where the tokenizer adds one); never truncated."""
+def tokenize(tokenizer, prompts: Sequence[str], max_tokens: int, limit_by: str | None = None) -> list[dict]:
+    """Store examples ({"input_ids"}), tokenizer defaults (BOS where the tokenizer adds one); never truncated.
+    `limit_by` names what sets `max_tokens` (default method.max_prompt_tokens), for the error."""
     out = []
     for i, p in enumerate(prompts):
         ids = tokenizer(p)["input_ids"]
         if len(ids) > max_tokens:
+            if limit_by and not limit_by.startswith("method."):
+                raise ValueError(f"prompt {i} has {len(ids)} tokens > the model's context ({limit_by}); "
+                                 "use fewer demos (smaller k) or a model with a longer context")
             raise ValueError(f"prompt {i} has {len(ids)} tokens > method.max_prompt_tokens={max_tokens}; "
                              "raise the cap (the model's context permitting) or use fewer demos (smaller k)")
         out.append({"input_ids": list(ids)})
@@ -92,11 +96,14 @@ def lora_key(base_key: str, lora_state: dict[str, torch.Tensor]) -> str:
 
 
 def last_token_states(store, lm: nn.Module, examples: Sequence[dict], *, tok_key: str, max_length: int,
-                      batch_size: int, device: torch.device, model_key: str | None = None) -> np.ndarray:
+                      batch_size: int, device: torch.device, model_key: str | None = None,
+                      token_budget: int | None = None) -> np.ndarray:
     """(L+1, N, d) float32: the last token's hidden state of every prompt at every HF hidden-state index
-    (0 = embedding output, L = after the final norm), computed once per (model, prompt) by the store."""
+    (0 = embedding output, L = after the final norm), computed once per (model, prompt) by the store, which holds
+    only the last position while computing; `token_budget` bounds the padded tokens per forward."""
     view = store.hidden_states(backbone(lm), examples, "all", tokenizer_key=tok_key, max_length=max_length,
-                               select="last", batch_size=batch_size, device=device, model_key=model_key)
+                               select="last", batch_size=batch_size, device=device, model_key=model_key,
+                               token_budget=token_budget)
     n_layers, N = len(view.layers), len(examples)
     first = view._get(0, 0)
     out = np.empty((n_layers, N, first.shape[-1]), dtype=np.float32)

@@ -1,9 +1,10 @@
 """method=intrinsic_dim: one paradigm (icl-<k>, icl_unique-<k> or sft) on one (model, task).
 
-Loads the causal LM in fp32, builds the prompts of the paper's split recipe, extracts the last token's state at
-every layer through the activation store, estimates TwoNN (and MLE) per layer, the normalized AUC and the logit
-accuracy. SFT trains LoRA adapters and measures train and validation prompts at every epoch's checkpoint
-(epoch 0 = the base model); checkpoints are cached, so another experiment with the same SFT settings reuses them.
+Loads the causal LM in fp32 (once per process: a sweep reuses it and its fingerprint), builds the prompts of the
+paper's split recipe, extracts the last token's state at every layer through the activation store, estimates TwoNN
+(and MLE) per layer, the normalized AUC and the logit accuracy. SFT trains LoRA adapters and measures train and
+validation prompts at every epoch's checkpoint (epoch 0 = the base model); checkpoints are cached, so another
+experiment with the same SFT settings reuses them.
 Writes nothing but the run record (curves go to ctx.extra) and the caches (store, LoRA checkpoints)."""
 from __future__ import annotations
 
@@ -16,10 +17,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from experiments.context import STORE_DTYPES, RunContext
 from experiments.data import load_rows
+from experiments.memo import Memo
 from experiments.models import load_causal_lm, tokenizer_fingerprint
 from experiments.results import write_json
 from experiments.store import model_fingerprint
@@ -34,6 +36,9 @@ log = logging.getLogger("strata.intrinsic_dim")
 CHECKPOINT_VERSION = 1
 CURVE_REPLICATES = 200  # of the AUC replicates, those whose whole TwoNN curve a record keeps (31 floats each)
 VARIANT = re.compile(r"^(icl|icl_unique)-(\d+)$|^sft$")
+# a sweep in one process loads and fingerprints its LLM once (27-52 GB of fp32 weights and ~2 min per load and
+# hash at paper scale); one entry, so two such models are never held together
+_models = Memo(1)
 
 
 def parse_variant(variant: str) -> tuple[str, int]:
@@ -45,6 +50,41 @@ def parse_variant(variant: str) -> tuple[str, int]:
 
 
 # ---- model and data ------------------------------------------------------------------------------------------
+
+def load_model(model_cfg: DictConfig) -> tuple:
+    """(tokenizer, causal LM in fp32, its weights' fingerprint), loaded and hashed once per process per model
+    config. A random-init model (source: config) is keyed by the torch RNG state it is drawn from too, and a hit
+    leaves the RNG where a fresh load would, so what a run draws afterwards (LoRA init, dropout) is unchanged."""
+    before = torch.get_rng_state()
+    seeded = hashlib.sha256(before.numpy().tobytes()).hexdigest() if model_cfg.source == "config" else None
+    key = (OmegaConf.to_yaml(model_cfg), seeded)
+
+    def fresh():
+        tok, lm = load_causal_lm(model_cfg)  # [C] default (fp32) dtype, pad = EOS
+        # the weights as loaded, as every store user keys them (not the asset's files)
+        return tok, lm, model_fingerprint(lm), before, torch.get_rng_state()
+
+    tok, lm, base_key, rng_in, rng_out = _models(key, fresh)
+    if not torch.equal(rng_in, rng_out):  # loading drew random numbers: draw as a fresh load would have
+        if not torch.equal(before, rng_in):
+            _models.clear()
+            tok, lm, base_key, rng_in, rng_out = _models(key, fresh)
+        torch.set_rng_state(rng_out)
+    if any("lora_" in n for n, _ in lm.named_modules()):  # an SFT run that died before unwrapping its adapters
+        _models.clear()
+        tok, lm, base_key, _, rng_out = _models(key, fresh)
+        torch.set_rng_state(rng_out)
+    return tok, lm, base_key
+
+
+def prompt_limit(m: DictConfig, lm) -> tuple[int, str]:
+    """The longest prompt a run accepts and what sets it: method.max_prompt_tokens, or the model's context
+    (config.max_position_embeddings) where that is shorter: RoPE past its trained range degrades states silently."""
+    context = getattr(getattr(lm, "config", None), "max_position_embeddings", None)
+    if isinstance(context, int) and context < m.max_prompt_tokens:
+        return context, f"model.max_position_embeddings={context}"
+    return m.max_prompt_tokens, f"method.max_prompt_tokens={m.max_prompt_tokens}"
+
 
 def _take(rows, idx) -> list[dict]:
     return [rows[int(i)] for i in idx] if isinstance(rows, list) else list(rows.select([int(i) for i in idx]))
@@ -138,11 +178,14 @@ def measure(store, lm, tok, tok_key: str, model_key: str, prompts: list[str], go
     """Accuracy, curves and AUCs of one prompt set; "pred" (per prompt) and, with `replicates`, "auc_replicates"
     are for the caller to keep where the claims read them (popped from the dict before it goes into a record)."""
     m = cfg.method
-    examples = X.tokenize(tok, prompts, m.max_prompt_tokens)
+    limit, by = prompt_limit(m, lm)
+    examples = X.tokenize(tok, prompts, limit, by)
     computed0 = store.stats.computed
     t0 = time.perf_counter()
+    # the store key keeps method.max_prompt_tokens: a cap by the model's context changes no stored entry
     states = X.last_token_states(store, lm, examples, tok_key=tok_key, max_length=m.max_prompt_tokens,
-                                 batch_size=m.batch_size, device=device, model_key=model_key)
+                                 batch_size=m.batch_size, device=device, model_key=model_key,
+                                 token_budget=m.extract_token_budget)
     t_extract = time.perf_counter() - t0
     computed = (store.stats.computed - computed0) // states.shape[0]  # prompts whose states were computed now
     logits = X.last_logits(lm, states[-1], label_ids, device)
@@ -182,8 +225,16 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
                          "(the label tokens only)")
     if m.store_dtype not in STORE_DTYPES:
         raise ValueError(f"method.store_dtype={m.store_dtype!r}; valid: {', '.join(STORE_DTYPES)}")
-    tok, lm = load_causal_lm(cfg.model)  # [C] default (fp32) dtype, pad = EOS
-    base_key = model_fingerprint(lm)  # the weights as loaded, as every store user keys them (not the asset's files)
+    precision = cfg.hardware.precision if m.sft_precision == "hardware" else m.sft_precision
+    if paradigm == "sft" and precision not in ("fp32", "bf16"):
+        raise ValueError(f"method.sft_precision={m.sft_precision!r} gives {precision!r}; valid: hardware (fp32 or "
+                         "bf16 there), fp32, bf16 (fp16 has no loss scaling here)")
+    tok, lm, base_key = load_model(cfg.model)
+    limit, by = prompt_limit(m, lm)
+    if limit < m.max_prompt_tokens:
+        log.warning("prompts capped at %d tokens by %s (method.max_prompt_tokens=%d is longer); a longer prompt "
+                    "is an error", limit, by, m.max_prompt_tokens)
+    ctx.extra.update(prompt_token_limit=limit, prompt_token_limit_by=by.split("=")[0])
     ctx.tokenizer_fingerprint = tok_key = tokenizer_fingerprint(tok)
     lm.to(ctx.device)
     pool_rows, eval_rows, uniq_rows = split_items(cfg, unique=paradigm == "icl_unique")
@@ -234,45 +285,49 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
                      res["auc"]["twonn"][m.auc_norm])
 
     model = S.add_lora(lm, m.lora_r, m.lora_alpha, m.lora_dropout, list(m.lora_targets))
-    measure_all(0, 0, base_key)  # B = 0: the wrapped model computes exactly what the base does
-    ckpt_dir = _checkpoint_dir(cfg, ctx, base_key, train_texts)
-    steps_per_epoch = -(-len(train_texts) // m.sft_batch_size)
-    files = [ckpt_dir / f"epoch-{e}.safetensors" for e in range(1, m.sft_epochs + 1)]
-    timing = {}
-    # train.json is written last: without it the files may mix two trainings (a forced retrain cut short)
-    if not cfg.force and (ckpt_dir / "train.json").is_file() and all(f.is_file() for f in files):
-        from safetensors.torch import load_file
-        log.info("sft: reusing %d cached LoRA checkpoints from %s", len(files), ckpt_dir)
-        for e, f in enumerate(files, 1):
-            state = load_file(str(f))
-            S.load_lora_state(model, state)
-            measure_all(e, e * steps_per_epoch, X.lora_key(base_key, state))
-        timing = json.loads((ckpt_dir / "train.json").read_text())
-    else:
-        from safetensors.torch import save_file
-        ckpt_dir.mkdir(parents=True, exist_ok=True)
-        (ckpt_dir / "train.json").unlink(missing_ok=True)  # force=true: retrained, each file replaced atomically
+    try:
+        measure_all(0, 0, base_key)  # B = 0: the wrapped model computes exactly what the base does
+        ckpt_dir = _checkpoint_dir(cfg, ctx, base_key, train_texts, precision)
+        steps_per_epoch = -(-len(train_texts) // m.sft_batch_size)
+        files = [ckpt_dir / f"epoch-{e}.safetensors" for e in range(1, m.sft_epochs + 1)]
+        timing = {}
+        # train.json is written last: without it the files may mix two trainings (a forced retrain cut short)
+        if not cfg.force and (ckpt_dir / "train.json").is_file() and all(f.is_file() for f in files):
+            from safetensors.torch import load_file
+            log.info("sft: reusing %d cached LoRA checkpoints from %s", len(files), ckpt_dir)
+            for e, f in enumerate(files, 1):
+                state = load_file(str(f))
+                S.load_lora_state(model, state)
+                measure_all(e, e * steps_per_epoch, X.lora_key(base_key, state))
+            timing = json.loads((ckpt_dir / "train.json").read_text())
+        else:
+            from safetensors.torch import save_file
+            ckpt_dir.mkdir(parents=True, exist_ok=True)
+            (ckpt_dir / "train.json").unlink(missing_ok=True)  # force=true: retrained, each file replaced atomically
 
-        def on_epoch(epoch: int, step: int) -> None:
-            state = S.lora_state(model)
-            tmp = files[epoch - 1].with_suffix(".tmp")
-            save_file(state, str(tmp))
-            tmp.replace(files[epoch - 1])
-            measure_all(epoch, step, X.lora_key(base_key, state))
+            def on_epoch(epoch: int, step: int) -> None:
+                state = S.lora_state(model)
+                tmp = files[epoch - 1].with_suffix(".tmp")
+                save_file(state, str(tmp))
+                tmp.replace(files[epoch - 1])
+                measure_all(epoch, step, X.lora_key(base_key, state))
 
-        timing = S.train(model, train_texts, epochs=m.sft_epochs, lr=m.sft_lr, batch_size=m.sft_batch_size,
-                         warmup_ratio=m.sft_warmup_ratio, seed=cfg.seed, device=ctx.device,
-                         pad_id=tok.pad_token_id, group_by_length=m.sft_group_by_length, on_epoch=on_epoch,
-                         log=log.info, prompt_lens=prompt_lens, log_metrics=ctx.sink)
-        write_json(ckpt_dir / "train.json", timing)
-    ctx.extra.update(checkpoints=checkpoints, prompt_examples=[P.combined(pool[0]), splits["eval"][0][0]],
-                     checkpoint_dir=str(ckpt_dir), sft_steps_per_epoch=steps_per_epoch)
-    last = {s: [c for c in checkpoints if c["split"] == s][-1] for s in splits}
-    ext = sum(c["extract_s"] for c in checkpoints)
-    return {**summary(last["eval"], m, "eval"), **summary(last["train"], m, "train"),
-            "sft/epochs": m.sft_epochs, "sft/steps": timing["steps"], "sft/last_loss": timing["last_loss"],
-            "time/train_s": timing["train_s"], "time/step_ms": timing["step_ms"], "time/extract_s": ext,
-            "time/id_s": sum(c["id_s"] for c in checkpoints)}
+            timing = S.train(model, train_texts, epochs=m.sft_epochs, lr=m.sft_lr, batch_size=m.sft_batch_size,
+                             warmup_ratio=m.sft_warmup_ratio, seed=cfg.seed, device=ctx.device,
+                             pad_id=tok.pad_token_id, group_by_length=m.sft_group_by_length, on_epoch=on_epoch,
+                             log=log.info, prompt_lens=prompt_lens, log_metrics=ctx.sink, precision=precision,
+                             gradient_checkpointing=m.sft_gradient_checkpointing)
+            write_json(ckpt_dir / "train.json", timing)
+        ctx.extra.update(checkpoints=checkpoints, prompt_examples=[P.combined(pool[0]), splits["eval"][0][0]],
+                         checkpoint_dir=str(ckpt_dir), sft_steps_per_epoch=steps_per_epoch)
+        last = {s: [c for c in checkpoints if c["split"] == s][-1] for s in splits}
+        ext = sum(c["extract_s"] for c in checkpoints)
+        return {**summary(last["eval"], m, "eval"), **summary(last["train"], m, "train"),
+                "sft/epochs": m.sft_epochs, "sft/steps": timing["steps"], "sft/last_loss": timing["last_loss"],
+                "time/train_s": timing["train_s"], "time/step_ms": timing["step_ms"], "time/extract_s": ext,
+                "time/id_s": sum(c["id_s"] for c in checkpoints)}
+    finally:
+        model.unload()  # the base weights as loaded (frozen, untouched), for the next run of this process
 
 
 def completion_starts(tok, items: list[tuple[str, str]], max_length: int) -> list[int]:
@@ -311,11 +366,14 @@ def _timing(res: dict) -> dict[str, float]:
     return out
 
 
-def _checkpoint_dir(cfg: DictConfig, ctx: RunContext, base_key: str, train_texts: list[list[int]]) -> Path:
+def _checkpoint_dir(cfg: DictConfig, ctx: RunContext, base_key: str, train_texts: list[list[int]],
+                    precision: str = "fp32") -> Path:
     """Cache directory of one SFT run's LoRA checkpoints, keyed by everything that determines the training: the base
     weights' fingerprint, the training texts' token ids (tokenizer and data), the settings and the code version."""
     m = cfg.method
+    # precision enters the key only when it is not fp32, so the fp32 checkpoints cached so far keep their keys
     h = hashlib.sha256(json.dumps({
+        **({"precision": precision} if precision != "fp32" else {}),
         "base": base_key, "r": m.lora_r, "alpha": m.lora_alpha, "dropout": m.lora_dropout,
         "targets": list(m.lora_targets), "epochs": m.sft_epochs, "lr": m.sft_lr, "bs": m.sft_batch_size,
         "warmup": m.sft_warmup_ratio, "group": m.sft_group_by_length, "seed": cfg.seed, "loss": m.sft_loss,

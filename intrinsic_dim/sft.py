@@ -81,15 +81,43 @@ def completion_loss(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.T
     return nn.functional.cross_entropy(logits, target[where])
 
 
+PRECISIONS = {"fp32": None, "bf16": torch.bfloat16}  # fp16 would need a GradScaler; bf16 has fp32's range
+
+
+def step_loss(model: nn.Module, batch: dict[str, torch.Tensor], precision: str = "fp32",
+              prompt_lens: Sequence[int] | None = None) -> torch.Tensor:
+    """One batch's loss under `precision` (autocast over fp32 master weights; fp32 = autocast off)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"SFT precision {precision!r}; valid: {', '.join(PRECISIONS)} (set method.sft_precision)")
+    device = batch["input_ids"].device
+    dtype = PRECISIONS[precision]
+    with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
+        return model(**batch).loss if prompt_lens is None else completion_loss(model, batch)
+
+
+def set_checkpointing(model: nn.Module, on: bool) -> None:
+    """Gradient checkpointing of the decoder blocks (recomputed in backward: activations of one block at a time
+    instead of all); non-reentrant, so no input needs requires_grad under frozen embeddings. Same gradients."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if on:
+        base.activation_checkpointing_enable({"use_reentrant": False})
+    elif getattr(base, "is_activation_checkpointing", False):
+        base.activation_checkpointing_disable()
+
+
 def train(model: nn.Module, texts_ids: Sequence[list[int]], *, epochs: int, lr: float, batch_size: int,
           warmup_ratio: float, seed: int, device: torch.device, pad_id: int, group_by_length: bool = True,
           max_grad_norm: float = 1.0, on_epoch: Callable[[int, int], None] | None = None,
           log: Callable[[str], None] | None = None, prompt_lens: Sequence[int] | None = None,
-          log_metrics: Callable[[dict, int], None] | None = None) -> dict[str, float]:
+          log_metrics: Callable[[dict, int], None] | None = None, precision: str = "fp32",
+          gradient_checkpointing: bool = False) -> dict[str, float]:
     """Train the LoRA parameters for `epochs` epochs; `on_epoch(epoch, step)` after each (model in eval mode
     during the call, back in train mode after). Returns timing and the last loss. `prompt_lens`: the loss covers
     only the tokens after each text's prompt (completion_loss); None: the whole text (the model's own loss).
-    `log_metrics`: the run's training curves (experiments.train.TrainLog: loss, learning rate, examples/s, tokens/s)."""
+    `log_metrics`: the run's training curves (experiments.train.TrainLog: loss, learning rate, examples/s, tokens/s).
+    `precision`: fp32, or bf16 autocast; `gradient_checkpointing`: recompute block activations in backward."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"SFT precision {precision!r}; valid: {', '.join(PRECISIONS)} (set method.sft_precision)")
     model.to(device)
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
@@ -99,30 +127,34 @@ def train(model: nn.Module, texts_ids: Sequence[list[int]], *, epochs: int, lr: 
     opt = adamw(model, lr, weight_decay=0.0)  # HF Trainer: torch's default AdamW, no decay [C]
     sched = linear_schedule(opt, warmup_steps(warmup_ratio, total, hf=True), total, hf=True)
     timer = StepTimer(device)
-    step, loss_v = 0, float("nan")
     curve = TrainLog(log_metrics, total)
-    for epoch in range(1, epochs + 1):
-        model.train()
-        for batch in batches(texts_ids, batch_size, seed, epoch, group_by_length, pad_id, prompt_lens):
-            curve.batch(batch)
-            lrs = TrainLog.rates(opt)
-            with timer:
-                batch = {k: v.to(device) for k, v in batch.items()}
-                loss = model(**batch).loss if prompt_lens is None else completion_loss(model, batch)
-                loss.backward()
-                if max_grad_norm:
-                    torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
-                opt.step()
-                sched.step()
-                opt.zero_grad(set_to_none=True)
-            step += 1
-            loss_v = float(loss.detach())
-            curve.step(step, loss_v, lrs, **{"train/epoch": step / n_batches})
-        if log:
-            log(f"sft epoch {epoch}/{epochs}: step {step}, loss {loss_v:.4f}, {timer.total_s:.0f} s training")
-        if on_epoch:
-            model.eval()
-            with curve.paused():  # the per-epoch measurement is not training time
-                on_epoch(epoch, step)
+    set_checkpointing(model, gradient_checkpointing)
+    step, loss_v = 0, float("nan")
+    try:
+        for epoch in range(1, epochs + 1):
+            model.train()
+            for batch in batches(texts_ids, batch_size, seed, epoch, group_by_length, pad_id, prompt_lens):
+                curve.batch(batch)
+                lrs = TrainLog.rates(opt)
+                with timer:
+                    batch = {k: v.to(device) for k, v in batch.items()}
+                    loss = step_loss(model, batch, precision, prompt_lens)
+                    loss.backward()
+                    if max_grad_norm:
+                        torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+                    opt.step()
+                    sched.step()
+                    opt.zero_grad(set_to_none=True)
+                step += 1
+                loss_v = float(loss.detach())
+                curve.step(step, loss_v, lrs, **{"train/epoch": step / n_batches})
+            if log:
+                log(f"sft epoch {epoch}/{epochs}: step {step}, loss {loss_v:.4f}, {timer.total_s:.0f} s training")
+            if on_epoch:
+                model.eval()
+                with curve.paused():  # the per-epoch measurement is not training time
+                    on_epoch(epoch, step)
+    finally:
+        set_checkpointing(model, False)
     model.eval()
     return {"train_s": timer.total_s, "step_ms": timer.median_ms, "steps": step, "last_loss": loss_v}

@@ -178,3 +178,43 @@ def test_force_retrains_lora_checkpoints_and_a_retrain_cut_short_is_never_reused
 def test_bad_sft_loss_fails_naming_the_key(tmp_path):
     rec = execute(_cfg(tmp_path, "method.variant=sft", "method.sft_loss=labels", "on_error=record"), tmp_path / "run")
     assert rec["status"] == "failed" and "method.sft_loss='labels'" in rec["error"]
+
+
+@pytest.mark.slow  # ~8 s: three tiny runs and a fresh reload
+def test_a_sweep_loads_and_fingerprints_its_model_once(tmp_path, monkeypatch):
+    from intrinsic_dim import run as R
+    counts = {"load": 0, "fingerprint": 0}
+
+    def counted(name, fn):
+        def wrapper(*a, **kw):
+            counts[name] += 1
+            return fn(*a, **kw)
+        return wrapper
+
+    monkeypatch.setattr(R, "load_causal_lm", counted("load", R.load_causal_lm))
+    monkeypatch.setattr(R, "model_fingerprint", counted("fingerprint", R.model_fingerprint))
+    monkeypatch.setattr(R, "_models", R.Memo(1))
+    recs = {v: execute(_cfg(tmp_path, f"method.variant={v}", "method.sft_epochs=1"), tmp_path / "run" / v)
+            for v in ("icl-0", "sft", "icl-2")}
+    assert all(r["status"] == "ok" for r in recs.values()), [r.get("error") for r in recs.values()]
+    assert counts == {"load": 1, "fingerprint": 1}
+    assert recs["icl-0"]["extra"]["computed_prompts"] == 16
+    # after the SFT run the cached model is the base again: its epoch-0 states were the icl-0 ones, and a fresh
+    # process (an emptied memo) gives the icl-2 run the same numbers
+    R._models.clear()
+    fresh = execute(_cfg(tmp_path, "method.variant=icl-2", f"store.dir={tmp_path / 'store2'}"), tmp_path / "fresh")
+    assert counts == {"load": 2, "fingerprint": 2}
+    assert fresh["extra"]["computed_prompts"] == 16  # an empty store: computed anew, with the reloaded model
+    assert fresh["metrics"]["eval/auc_twonn"] == recs["icl-2"]["metrics"]["eval/auc_twonn"]
+    assert fresh["metrics"]["eval/accuracy"] == recs["icl-2"]["metrics"]["eval/accuracy"]
+
+
+def test_prompts_are_capped_at_the_model_context(tmp_path):
+    rec = execute(_cfg(tmp_path, "method.variant=icl-2", "model.from_config.max_position_embeddings=64",
+                       "on_error=record"), tmp_path / "short")
+    assert rec["status"] == "failed"
+    assert "the model's context (model.max_position_embeddings=64)" in rec["error"] and "smaller k" in rec["error"]
+    ok = execute(_cfg(tmp_path, "method.variant=icl-0", "method.max_prompt_tokens=8192"), tmp_path / "long")
+    assert ok["status"] == "ok", ok.get("error")
+    assert ok["extra"]["prompt_token_limit"] == 512  # tiny-llama's context, not the 8192 asked for
+    assert ok["extra"]["prompt_token_limit_by"] == "model.max_position_embeddings"
