@@ -7,6 +7,11 @@ PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.strata-installed
 CACHE   := $(or $(STRATA_CACHE),$(HOME)/.cache/strata)
 HARDWARE ?= gpu
+# a tier: FORCE=1 starts although the pre-flight's disk estimate exceeds the free disk; ALLOW_DIRTY=1 publishes from a
+# tree with uncommitted changes (each record says so)
+FORCE   ?=
+ALLOW_DIRTY ?=
+TIER_FLAGS = $(if $(FORCE),--force) $(if $(ALLOW_DIRTY),--allow-dirty)
 # make verify: records rerun per paper and the seed of their draw
 N       ?= 1
 SEED    ?= 0
@@ -15,11 +20,14 @@ SEED    ?= 0
 PYTEST_PARALLEL ?= -n auto --maxprocesses 4
 # implemented so far; each paper issue adds its package here
 PAPERS  := finetune recycling pema intrinsic_dim eat layer_fusion reverse_probing
+# the hub is off unless STRATA_HUB=1, which turns it on for models and datasets together (experiments.hub.online
+# sets both HF_*_OFFLINE from it; turning HF_HUB_OFFLINE off alone would leave the datasets offline)
 export HF_HUB_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: help setup assets test test-unit test-slow smoke reproduce tables verify list clean $(PAPERS) \
+.PHONY: help setup assets test test-unit test-slow smoke reproduce reproduce-gpu preflight tables verify list clean \
+        $(PAPERS) \
         $(addsuffix -cpu,$(PAPERS))
 
 help: ## list the targets, with this checkout's values
@@ -59,13 +67,22 @@ reproduce: assets ## the default (CPU) tier of every implemented paper, then res
 	@$(PY) -m experiments.report
 	@echo "Report: $(CURDIR)/results/REPORT.md"
 
-$(addsuffix -cpu,$(PAPERS)): %-cpu: assets ## <paper>-cpu: that paper's CPU tier (its *_cpu experiments), then its tables
-	$(PY) -m scripts.tier $* --hardware cpu
+$(addsuffix -cpu,$(PAPERS)): %-cpu: assets ## <paper>-cpu: that paper's CPU tier (its tier: cpu files), then its tables
+	$(PY) -m scripts.tier $* --hardware cpu $(TIER_FLAGS)
 	$(PY) -m experiments.report $*
 
-$(PAPERS): %: assets ## <paper>: GPU tier: packaged models at full data (offline_*); HF_HUB_OFFLINE=0 adds the paper-scale hub runs
-	$(PY) -m scripts.tier $* --hardware $(HARDWARE)
-	$(PY) -m experiments.report $*
+$(PAPERS): %: assets ## <paper>: GPU tier (pre-flight first), packaged models at full data; STRATA_HUB=1: + hub runs
+	@$(PY) -m scripts.tier $* --hardware $(HARDWARE) $(TIER_FLAGS); code=$$?; \
+	if [ $$code != 2 ]; then $(PY) -m experiments.report $*; fi; exit $$code
+
+# the tier exits 1 when a run failed (after every experiment ran: the tables show what finished) and 2 when refused
+# before any run (the pre-flight's reasons are printed); finished runs are skipped, so rerunning resumes
+reproduce-gpu: assets ## every paper's GPU tier in order (pre-flight first), one ETA; rerun it to resume
+	@$(PY) -m scripts.tier --hardware $(HARDWARE) $(TIER_FLAGS) $(PAPERS); code=$$?; \
+	if [ $$code != 2 ]; then $(PY) -m experiments.report; fi; exit $$code
+
+preflight: setup ## each paper's GPU tier: jobs, GPU-hours, disk vs free space, gated models, licences
+	$(PY) -m scripts.preflight --hardware $(HARDWARE) $(TIER_FLAGS) $(PAPERS)
 
 tables: setup ## rebuild every table, figure and results/REPORT.md from the committed run files (no compute)
 	$(PY) -m experiments.report

@@ -4,7 +4,6 @@ cannot say (ranges, keys added with `+`)."""
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -251,14 +250,13 @@ def load_group(group: str, name: str, schema, key: str) -> DictConfig:
 
 
 CONF = Path(__file__).resolve().parent.parent / "conf"
-_TRUE = {"1", "ON", "YES", "TRUE"}  # what huggingface_hub and datasets read as set
 
 
 def hub_offline(kind: str = "model") -> bool:
-    """Whether runs may not reach the Hugging Face hub for a model (HF_HUB_OFFLINE) or a dataset (either switch: the
-    datasets library obeys both); experiments.run sets both unless the user did."""
-    names = ("HF_HUB_OFFLINE",) if kind == "model" else ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
-    return any(os.environ.get(n, "").upper() in _TRUE for n in names)
+    """Whether runs may not reach the Hugging Face hub, for a model or a dataset (`kind`) alike: the one switch,
+    STRATA_HUB=1 (experiments.hub.online, which experiments.run applies to both libraries before they load)."""
+    from experiments.hub import wanted
+    return not wanted()
 
 
 def in_hf_cache(repo_id: str) -> bool:
@@ -274,9 +272,9 @@ def offline_refusal(key: str, name: str, repo: str, kind: str, cached: bool | No
     `cached`: what the caller found (a dataset's load is its own test); None looks a model up."""
     if not hub_offline(kind) or (in_hf_cache(repo) if cached is None else cached):
         return None
-    return (f"set HF_HUB_OFFLINE=0 HF_DATASETS_OFFLINE=0 to download it: {key}={name} loads {repo} from the Hugging "
-            "Face hub, runs are offline by default and the local HF cache has no copy (or pick an offline one: "
-            "python -m experiments.config --list)")
+    return (f"set STRATA_HUB=1 to download it: {key}={name} loads {repo} from the Hugging Face hub, runs are "
+            "offline by default and the local HF cache has no copy (or pick an offline one: python -m "
+            "experiments.config --list)")
 
 
 def unknown_experiment(args: list[str]) -> str | None:
@@ -306,7 +304,7 @@ def unknown_experiment(args: list[str]) -> str | None:
 
 def listing() -> str:
     """Every model and task config with where it loads from: offline (a packaged asset, `make assets`), random (built
-    from its config, no files) or hub (needs HF_HUB_OFFLINE=0 HF_DATASETS_OFFLINE=0 unless in the local HF cache;
+    from its config, no files) or hub (needs STRATA_HUB=1 unless in the local HF cache;
     a hub model's cached copy is named, a dataset's is found by loading it)."""
     lines = []
     for group, what in (("model", "model=<name>"), ("task", "task=<name>")):
@@ -328,8 +326,8 @@ def listing() -> str:
                 where = f"asset {'models' if group == 'model' else 'data'}/{node.get('offline')}" + (
                     f", stands in for {node.stand_in_for}" if node.get("stand_in_for") else "")
             lines.append(f"  {path.stem:36} {source:8} {where}")
-    lines.append("offline: `make assets` once, then no network; random: no files; hub: HF_HUB_OFFLINE=0 "
-                 "HF_DATASETS_OFFLINE=0 (network) unless in the local HF cache")
+    lines.append("offline: `make assets` once, then no network; random: no files; hub: STRATA_HUB=1 (network) "
+                 "unless in the local HF cache")
     return "\n".join(lines)
 
 

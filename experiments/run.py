@@ -18,10 +18,11 @@ import traceback
 from pathlib import Path
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # before tokenizers is imported: no fork warnings
-# offline unless the user says otherwise (HF_HUB_OFFLINE=0 HF_DATASETS_OFFLINE=0): no hub at run time, and no 30-50 s of
-# connection retries before a hub name fails; set before transformers/datasets read them
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+# offline unless STRATA_HUB=1: no hub at run time, and no 30-50 s of connection retries before a hub name fails; the
+# one switch sets HF_HUB_OFFLINE and HF_DATASETS_OFFLINE together, before transformers/datasets read them
+from experiments.hub import online  # noqa: E402
+
+online()
 
 import hydra
 import numpy as np
@@ -34,7 +35,7 @@ from experiments import assets, hooks, registry
 from experiments.assets import cache_dir
 from experiments.context import RunContext, pick_device
 from experiments.identity import published_path, run_name
-from experiments.config import ON_ERROR, ConfigError, unknown_experiment, validate
+from experiments.config import ON_ERROR, ConfigError, hub_offline, unknown_experiment, validate
 from experiments.results import SCHEMA_VERSION, config_hash, finished, git_dirty, provenance, write_json
 from experiments.timing import device_name
 
@@ -99,11 +100,11 @@ def offline_hint(cfg: DictConfig, e: Exception) -> str:
     """Runs are offline unless the user says otherwise; a hub model or task that is not in the local HF cache fails
     with the switch named."""
     hub = [f"{g}={cfg[g].name}" for g in ("model", "task") if cfg[g].get("source") == "hub"]
-    offline = os.environ.get("HF_HUB_OFFLINE") == "1" or os.environ.get("HF_DATASETS_OFFLINE") == "1"
+    offline = hub_offline()
     # a ConfigError (experiments.models / data refuse an uncached hub name offline) already names the switch
     if hub and offline and isinstance(e, (OSError, ConnectionError, ValueError)) and not isinstance(e, ConfigError):
         return (f" ({', '.join(hub)} load from the Hugging Face hub, and runs are offline by default: set "
-                "HF_HUB_OFFLINE=0 HF_DATASETS_OFFLINE=0 to allow downloads)")
+                "STRATA_HUB=1 to allow downloads)")
     return ""
 
 

@@ -1,6 +1,7 @@
 import os
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # no test may reach a model hub
+os.environ.pop("STRATA_HUB", None)  # nor turn it on from the shell (experiments.hub.online)
 os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
 if os.environ.get("PYTEST_XDIST_WORKER"):  # one process per core (make test): one thread each, runs they start too

@@ -130,9 +130,9 @@ def test_a_hub_model_offline_and_uncached_is_refused_before_loading(smoke_cfg, t
     monkeypatch.setattr("transformers.AutoModel.from_pretrained", lambda *a, **k: pytest.fail("no load may start"))
     rec = execute(smoke_cfg("model=bert-base-uncased", "on_error=record"), tmp_path / "run")
     assert rec["status"] == "failed" and rec["error"].startswith(
-        "ConfigError: set HF_HUB_OFFLINE=0 HF_DATASETS_OFFLINE=0 to download it: model=bert-base-uncased loads "
-        "bert-base-uncased from the Hugging Face hub")
-    assert rec["error"].count("HF_HUB_OFFLINE=0") == 1  # the runner's own hint is not appended twice
+        "ConfigError: set STRATA_HUB=1 to download it: model=bert-base-uncased loads bert-base-uncased from the "
+        "Hugging Face hub")
+    assert rec["error"].count("STRATA_HUB=1") == 1  # the runner's own hint is not appended twice
     # cached: no refusal, the hub id is handed to transformers
     snap = tmp_path / "hf" / "models--bert-base-uncased" / "snapshots" / "abc"
     snap.mkdir(parents=True)

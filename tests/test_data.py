@@ -78,8 +78,8 @@ def test_a_hub_task_offline_and_uncached_fails_in_one_line_with_the_switch_first
     monkeypatch.setattr(datasets, "load_dataset", offline_load)
     cfg = compose("task=sst2")
     for load in (D.load_splits, lambda t, d: D.load_rows(t, d, "train")):
-        with pytest.raises(ConfigError, match="^set HF_HUB_OFFLINE=0 HF_DATASETS_OFFLINE=0 to download it: task=sst2 "
-                                              "loads nyu-mll/glue from the Hugging Face hub") as info:
+        with pytest.raises(ConfigError, match="^set STRATA_HUB=1 to download it: task=sst2 loads nyu-mll/glue from "
+                                              "the Hugging Face hub") as info:
             load(cfg.task, cfg.data)
         assert info.value.__cause__ is None and info.value.__suppress_context__  # one line, no chained traceback
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")

@@ -298,14 +298,14 @@ def test_submitit_local_sweep_finds_both_records_and_its_summary(tmp_path):
 @pytest.mark.slow
 def test_a_hub_name_fails_fast_offline_and_names_the_switch(tmp_path):
     """Outside make (no HF_*_OFFLINE in the environment) a hub model used to retry the network for 30-50 s."""
-    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")}
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "STRATA_HUB")}
     env["HF_HOME"] = str(tmp_path / "hf")  # an empty local cache: the model can only come from the hub
     proc = subprocess.run([sys.executable, "-m", "experiments.run", "model=bert-base-uncased", "task=rt-polarity",
                            "on_error=record", f"hydra.run.dir={tmp_path / 'run'}"], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rec = json.loads((tmp_path / "run" / "result.json").read_text())
-    assert rec["status"] == "failed" and "HF_HUB_OFFLINE=0 HF_DATASETS_OFFLINE=0" in rec["error"]
+    assert rec["status"] == "failed" and "STRATA_HUB=1" in rec["error"]
     assert "model=bert-base-uncased" in rec["error"] and rec["provenance"]["wall_s"] < 10
 
 
