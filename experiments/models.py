@@ -96,15 +96,33 @@ def _max_positions(source: str, path: str, stamp: int | None, hf_id: str | None,
     return n
 
 
-def load_tokenizer(model: DictConfig) -> PreTrainedTokenizerFast:
-    """The model's tokenizer alone (no weights): the byte tokenizer for random models."""
+def load_tokenizer(model: DictConfig, pre_split: bool = False) -> PreTrainedTokenizerFast:
+    """The model's tokenizer alone (no weights): the byte tokenizer for random models. pre_split: the task hands it
+    words already split (NER), which a byte-level BPE tokenizer then marks as running text marks them."""
     if model.source == "config":
         return byte_tokenizer()
     tok = AutoTokenizer.from_pretrained(weights_path(model))
+    if pre_split:
+        mark_word_starts(tok)
     if tok.pad_token is None:  # causal LMs ship without one; padding is masked anyway
         tok.pad_token = tok.eos_token
     tok.padding_side = "right"  # pool("last") and the store read mask.sum() - 1; Gemma's tokenizer ships "left"
     return tok
+
+
+def mark_word_starts(tok) -> None:
+    """Byte-level BPE (RoBERTa, MiniLMv2, GPT-2) marks a word's start with the space before it (Ġ). Its hub
+    tokenizers ship add_prefix_space false, so each pre-split word would be encoded as if it began the text, without
+    the mark, into other pieces than the same word gets in a sentence (transformers 5 no longer refuses this). Turns
+    the prefix space on in place, as Hugging Face's token-classification scripts load these tokenizers; running text
+    must not get it (its first word would change), so only pre-split tasks call this."""
+    pre = json.loads(tok.backend_tokenizer.to_str()).get("pre_tokenizer") or {}
+    if pre.get("type") != "ByteLevel" or pre.get("add_prefix_space"):
+        return
+    from tokenizers import pre_tokenizers
+    tok.backend_tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(
+        add_prefix_space=True, trim_offsets=pre.get("trim_offsets", True), use_regex=pre.get("use_regex", True))
+    tok.add_prefix_space = True
 
 
 def _random_config(model: DictConfig, tok) -> PretrainedConfig:
@@ -116,19 +134,27 @@ def _random_config(model: DictConfig, tok) -> PretrainedConfig:
     return AutoConfig.for_model(model_type, vocab_size=len(tok), pad_token_id=tok.pad_token_id, **kwargs)
 
 
-def load_encoder(model: DictConfig) -> tuple[PreTrainedTokenizerFast, nn.Module]:
-    """(tokenizer, base model without any head) for a model config. A causal LM is loaded whole and its decoder stack
-    returned: the packaged decoders tie the input embedding to lm_head, which a bare AutoModel load would leave
-    randomly initialised."""
+def load_encoder(model: DictConfig, pre_split: bool = False,
+                 dtype: torch.dtype = torch.float32) -> tuple[PreTrainedTokenizerFast, nn.Module]:
+    """(tokenizer, base model without any head) for a model config, weights in `dtype` (fp32: the master weights
+    training updates). A causal LM is loaded whole and its decoder stack returned: the packaged decoders tie the
+    input embedding to lm_head, which a bare AutoModel load would leave randomly initialised. pre_split: the task's
+    input is pre-split words (load_tokenizer)."""
     if model.get("kind") == "causal":
-        tok, lm = load_causal_lm(model)
+        tok, lm = load_causal_lm(model, dtype)
+        if pre_split:
+            mark_word_starts(tok)
         return tok, lm.get_decoder()
-    tok = load_tokenizer(model)
-    # heads read token states; BERT's pooler would be computed on every forward and some assets ship no pooler weights
-    extra = {"add_pooling_layer": False} if model.family == "bert" else {}
+    tok = load_tokenizer(model, pre_split)
+    config = _random_config(model, tok) if model.source == "config" else AutoConfig.from_pretrained(weights_path(model))
+    # heads read token states; BERT's pooler would be computed on every forward and some assets ship no pooler weights.
+    # The architecture decides, not model.family: DistilBERT's configs say bert, and its model takes no such argument
+    extra = {"add_pooling_layer": False} if config.model_type == "bert" else {}
     if model.source == "config":
-        return tok, AutoModel.from_config(_random_config(model, tok), **extra)
-    return tok, AutoModel.from_pretrained(weights_path(model), **extra)
+        return tok, AutoModel.from_config(config, dtype=dtype, **extra)
+    # an explicit dtype: transformers 5 otherwise keeps the dtype the checkpoint is stored in, and the DeBERTa repos
+    # store fp16 with none named in config.json (AdamW on fp16 weights rounds most updates away)
+    return tok, AutoModel.from_pretrained(weights_path(model), config=config, dtype=dtype, **extra)
 
 
 def load_causal_lm(model: DictConfig, dtype: torch.dtype = torch.float32) -> tuple[PreTrainedTokenizerFast, nn.Module]:
@@ -249,7 +275,9 @@ class SpanHead(nn.Module):
         self.out = nn.Linear(d, 2)
 
     def forward(self, hidden, mask, start_positions=None, end_positions=None, **_):
-        logits = self.out(hidden).masked_fill(~mask.bool().unsqueeze(-1), torch.finfo(hidden.dtype).min)
+        logits = self.out(hidden)
+        # the fill must fit the logits' dtype: under autocast the Linear returns bf16/fp16 from fp32 states
+        logits = logits.masked_fill(~mask.bool().unsqueeze(-1), torch.finfo(logits.dtype).min)
         loss = None
         if start_positions is not None:
             loss = (F.cross_entropy(logits[..., 0].float(), start_positions)
@@ -372,7 +400,7 @@ class TaskModel(nn.Module):
 
 
 def build(model: DictConfig, task: DictConfig) -> tuple[PreTrainedTokenizerFast, TaskModel]:
-    tok, enc = load_encoder(model)
+    tok, enc = load_encoder(model, pre_split=task.type == "ner")
     if enc.config.hidden_size != model.hidden_size:
         raise ValueError(f"model.hidden_size={model.hidden_size} but {model.name} has {enc.config.hidden_size}")
     return tok, TaskModel(enc, make_head(task, model))

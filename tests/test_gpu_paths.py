@@ -69,3 +69,118 @@ def test_overrides_load_the_fixture_offline(hub_root, monkeypatch):
 def test_unknown_hub_id_names_the_fix(hub_root):
     with pytest.raises(KeyError, match="no-such/model"):
         save_hub_model("no-such/model", hub_root)
+
+
+# --- autocast: what hardware=gpu (precision bf16; EAT fp16) runs -------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_span_head_masks_padding_under_autocast(dtype):
+    """The encoder's last LayerNorm hands the head fp32 states while autocast runs its Linear in bf16/fp16: the
+    padding fill must fit the logits' dtype, not the states'."""
+    from experiments.models import SpanHead
+    torch.manual_seed(0)
+    head = SpanHead(8)
+    hidden, mask = torch.randn(2, 5, 8), torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
+    with torch.autocast("cpu", dtype=dtype):
+        out = head(hidden, mask, start_positions=torch.tensor([0, 1]), end_positions=torch.tensor([2, 2]))
+    assert torch.isfinite(out.loss)
+    assert out.logits.dtype == dtype
+    padded = out.logits[1, 3:].float()
+    assert (padded <= torch.finfo(dtype).min / 2).all()  # as unreachable as the dtype allows
+    assert out.logits[1].float().argmax(0).max() < 3  # padding never wins
+    fp32 = head(hidden, mask, start_positions=torch.tensor([0, 1]), end_positions=torch.tensor([2, 2]))
+    assert out.loss.item() == pytest.approx(fp32.loss.item(), abs=0.05)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_qa_model_trains_a_step_under_autocast(dtype):
+    from experiments.models import build
+    cfg = compose("model=tiny-bert", "task=squad-dev")
+    tok, model = build(cfg.model, cfg.task)
+    enc = tok(["who ran?", "where?"], ["Peter ran to Paris", "in London town"], padding="max_length", truncation=True, max_length=24,
+              return_tensors="pt")
+    with torch.autocast("cpu", dtype=dtype):
+        out = model(**enc, start_positions=torch.tensor([5, 6]), end_positions=torch.tensor([5, 7]))
+    out.loss.backward()
+    assert torch.isfinite(out.loss)
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+# --- loaders: hub checkpoints as the hub ships them ----------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["distilbert-base-cased", "distilbert-base-multilingual-cased"])
+def test_distilbert_loads_and_runs(name, hub_root):
+    """DistilBERT has no pooler to leave out (its configs say family: bert, its model_type says distilbert)."""
+    tok, enc = load_encoder(hub_model(name, hub_root))
+    assert type(enc).__name__ == "DistilBertModel"
+    enc.eval()
+    hidden = enc(**tok(["EU rejects German call"], return_tensors="pt")).last_hidden_state
+    assert hidden.shape[-1] == 32 and torch.isfinite(hidden).all()
+
+
+def test_bert_encoder_still_leaves_its_pooler_out(hub_root):
+    _, enc = load_encoder(hub_model("bert-base-cased", hub_root))
+    assert type(enc).__name__ == "BertModel" and enc.pooler is None
+
+
+@pytest.mark.parametrize("name", ["deberta-v3-base", "deberta-v2-xlarge"])
+def test_half_checkpoint_without_dtype_loads_fp32(name, hub_root):
+    """The DeBERTa repos store fp16 .bin files and name no dtype: the encoder must still train fp32 master weights."""
+    model = hub_model(name, hub_root)
+    assert "torch_dtype" not in json.loads((save_hub_model(model.hf_id, hub_root) / "config.json").read_text())
+    tok, enc = load_encoder(model)
+    assert {p.dtype for p in enc.parameters()} == {torch.float32}
+    assert type(tok).__name__ == "DebertaV2Tokenizer" and tok.convert_tokens_to_ids("[CLS]") == tok.cls_token_id
+
+
+def test_causal_lm_follows_the_dtype_asked_for(hub_root):
+    from experiments.models import load_causal_lm
+    model = hub_model("llama-2-7b", hub_root)  # the hub says float16
+    assert {p.dtype for p in load_encoder(model)[1].parameters()} == {torch.float32}
+    assert {p.dtype for p in load_causal_lm(model, torch.bfloat16)[1].parameters()} == {torch.bfloat16}
+
+
+def test_every_tokenizer_extra_the_hub_models_need_is_a_dependency():
+    """A hub tokenizer that needs a package (DeBERTa's spm.model: sentencepiece) fails on a fresh install without
+    it, with a message about tiktoken."""
+    import tomllib
+    from pathlib import Path
+    deps = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())["project"]["dependencies"]
+    names = {d.split(">")[0].split("=")[0].split("<")[0].split("[")[0].strip().lower() for d in deps}
+    extras = {x for e in (yaml.safe_load(MANIFEST.read_text())["models"].values()) for x in e.get("extras") or []}
+    assert extras and extras <= names
+    from packaging.requirements import Requirement
+    torch_req = next(Requirement(d) for d in deps if Requirement(d).name == "torch")
+    assert "2.5.1" not in torch_req.specifier and "2.6.0" in torch_req.specifier  # .bin loads need 2.6
+
+
+# --- pre-split words through a byte-level BPE tokenizer (NER) ------------------------------------------------------
+
+WORDS = ["EU", "rejects", "German", "call", "to", "boycott", "British", "lamb", "."]
+
+
+@pytest.mark.parametrize("name", ["roberta-base", "minilmv2-l6-h384", "distilroberta-base"])
+def test_pre_split_words_start_with_the_word_boundary_marker(name, hub_root):
+    """RoBERTa's tokenizers ship add_prefix_space false: pre-split words (the NER encoder's input) would each be
+    encoded as if it began the text, with no word-boundary marker, unlike the same words in running text."""
+    from experiments.models import build
+    cfg = compose(*hub_model_overrides(name, hub_root), "task=wnut16")
+    tok, _ = build(cfg.model, cfg.task)
+    enc = tok(WORDS, is_split_into_words=True)
+    pieces = tok.convert_ids_to_tokens(enc.input_ids)
+    firsts = [pieces[enc.word_ids().index(w)] for w in range(len(WORDS))]
+    assert all(p.startswith("Ġ") for p in firsts), firsts
+
+
+@pytest.mark.parametrize("task", ["rt-polarity", "squad-dev"])
+def test_running_text_tokenization_is_the_hubs(task, hub_root):
+    """Classification and QA read running text: their tokenizer stays as the hub configures it."""
+    from transformers import AutoTokenizer
+
+    from experiments.models import build
+    cfg = compose(*hub_model_overrides("roberta-base", hub_root), f"task={task}")
+    tok, _ = build(cfg.model, cfg.task)
+    hub = AutoTokenizer.from_pretrained(cfg.model.local_dir)
+    text = " ".join(WORDS)
+    assert tok(text).input_ids == hub(text).input_ids
+    assert not tok.convert_ids_to_tokens(tok(text).input_ids)[1].startswith("Ġ")
