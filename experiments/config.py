@@ -17,6 +17,7 @@ class ModelConfig:
     name: str = MISSING
     source: str = "offline"  # offline (packaged asset, `make assets`) | hub (hf_id, needs network) | config (random init)
     hf_id: Optional[str] = None  # the paper's Hugging Face id
+    revision: Optional[str] = None  # source=hub: the commit to load, as conf/hub_manifest.yaml pins it (null: main)
     offline: Optional[str] = None  # asset name under $STRATA_CACHE/models
     local_dir: Optional[str] = None  # source=hub: a directory with the repo's files, loaded instead of hf_id
     family: str = "bert"  # bert, roberta, deberta, gpt2, llama; source=config builds bert or llama

@@ -101,7 +101,7 @@ def load_tokenizer(model: DictConfig, pre_split: bool = False) -> PreTrainedToke
     words already split (NER), which a byte-level BPE tokenizer then marks as running text marks them."""
     if model.source == "config":
         return byte_tokenizer()
-    tok = AutoTokenizer.from_pretrained(weights_path(model))
+    tok = AutoTokenizer.from_pretrained(weights_path(model), revision=model.get("revision"))
     if pre_split:
         mark_word_starts(tok)
     if tok.pad_token is None:  # causal LMs ship without one; padding is masked anyway
@@ -146,7 +146,8 @@ def load_encoder(model: DictConfig, pre_split: bool = False,
             mark_word_starts(tok)
         return tok, lm.get_decoder()
     tok = load_tokenizer(model, pre_split)
-    config = _random_config(model, tok) if model.source == "config" else AutoConfig.from_pretrained(weights_path(model))
+    config = _random_config(model, tok) if model.source == "config" else AutoConfig.from_pretrained(
+        weights_path(model), revision=model.get("revision"))
     # heads read token states; BERT's pooler would be computed on every forward and some assets ship no pooler weights.
     # The architecture decides, not model.family: DistilBERT's configs say bert, and its model takes no such argument
     extra = {"add_pooling_layer": False} if config.model_type == "bert" else {}
@@ -154,7 +155,8 @@ def load_encoder(model: DictConfig, pre_split: bool = False,
         return tok, AutoModel.from_config(config, dtype=dtype, **extra)
     # an explicit dtype: transformers 5 otherwise keeps the dtype the checkpoint is stored in, and the DeBERTa repos
     # store fp16 with none named in config.json (AdamW on fp16 weights rounds most updates away)
-    return tok, AutoModel.from_pretrained(weights_path(model), config=config, dtype=dtype, **extra)
+    return tok, AutoModel.from_pretrained(weights_path(model), config=config, dtype=dtype,
+                                          revision=model.get("revision"), **extra)
 
 
 def load_causal_lm(model: DictConfig, dtype: torch.dtype = torch.float32) -> tuple[PreTrainedTokenizerFast, nn.Module]:
@@ -166,7 +168,7 @@ def load_causal_lm(model: DictConfig, dtype: torch.dtype = torch.float32) -> tup
     if model.source == "config":
         lm = AutoModelForCausalLM.from_config(_random_config(model, tok), dtype=dtype)
     else:
-        lm = AutoModelForCausalLM.from_pretrained(weights_path(model), dtype=dtype)
+        lm = AutoModelForCausalLM.from_pretrained(weights_path(model), dtype=dtype, revision=model.get("revision"))
     return tok, lm.eval()
 
 

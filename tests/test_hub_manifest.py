@@ -276,3 +276,25 @@ def test_refresh_documents_its_fields():
     for word in ("--refresh", "--check", "confirmed", "refs/convert/parquet", "revision"):
         assert word in text
     assert yaml.safe_load(S.MANIFEST.read_text())["datasets"]
+
+
+def test_a_hub_model_loads_at_its_pinned_revision(monkeypatch):
+    """Tokenizer, config and weights are all read at model.revision (the manifest's pin), for encoders and LMs."""
+    import experiments.models as M
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")  # no refusal: the loads below are fakes
+    seen = []
+
+    def fake(kind, value):
+        return lambda path, **kw: seen.append((kind, path, kw.get("revision"))) or value
+    monkeypatch.setattr(M.AutoTokenizer, "from_pretrained", fake("tokenizer", SimpleNamespace(pad_token="<pad>")))
+    monkeypatch.setattr(M.AutoConfig, "from_pretrained", fake("config", SimpleNamespace(model_type="roberta")))
+    monkeypatch.setattr(M.AutoModel, "from_pretrained", fake("weights", "encoder"))
+    monkeypatch.setattr(M.AutoModelForCausalLM, "from_pretrained", fake("lm", SimpleNamespace(eval=lambda: "lm")))
+    rev = "e" * 40
+    assert M.load_encoder(compose("model=roberta-base", f"model.revision={rev}").model)[1] == "encoder"
+    assert M.load_causal_lm(compose("model=llama-2-7b", f"model.revision={rev}").model)[1] == "lm"
+    assert seen == [(k, hf, rev) for k, hf in (("tokenizer", "FacebookAI/roberta-base"),
+                                                ("config", "FacebookAI/roberta-base"),
+                                                ("weights", "FacebookAI/roberta-base"),
+                                                ("tokenizer", "meta-llama/Llama-2-7b-hf"),
+                                                ("lm", "meta-llama/Llama-2-7b-hf"))]
