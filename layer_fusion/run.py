@@ -189,8 +189,10 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
     check(cfg)
     m, task = cfg.method, cfg.task
     # a frozen backbone is shared by the runs of a sweep in one process; a trained one is loaded fresh
-    tok, backbone = (_memo(("backbone", OmegaConf.to_yaml(cfg.model)), lambda: load_encoder(cfg.model))
-                     if m.regime == "fe" else load_encoder(cfg.model))
+    pre_split = task.type == "ner"  # the tokenizer reads pre-split words (a byte-level BPE one marks their starts)
+    tok, backbone = (_memo(("backbone", OmegaConf.to_yaml(cfg.model), pre_split),
+                           lambda: load_encoder(cfg.model, pre_split=pre_split))
+                     if m.regime == "fe" else load_encoder(cfg.model, pre_split=pre_split))
     backbone.eval()
     ctx.tokenizer_fingerprint = tok_key = tokenizer_fingerprint(tok)
     raw = D.load_splits(task, cfg.data)

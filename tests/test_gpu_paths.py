@@ -184,3 +184,16 @@ def test_running_text_tokenization_is_the_hubs(task, hub_root):
     text = " ".join(WORDS)
     assert tok(text).input_ids == hub(text).input_ids
     assert not tok.convert_ids_to_tokens(tok(text).input_ids)[1].startswith("Ġ")
+
+
+@pytest.mark.slow
+def test_layer_fusion_ner_reads_words_with_their_start_marks(hub_root, smoke_cfg, tmp_path):
+    """DWAtt's conll2003 runs load their encoder themselves: the record's tokenizer is the one that marks words."""
+    from experiments.models import tokenizer_fingerprint
+    from experiments.run import execute
+    cfg = smoke_cfg("method=layer_fusion", "task=wnut16", *hub_model_overrides("roberta-base", hub_root),
+                    "method.shots=1", "train.patience=0", "method.evals_per_run=1")
+    rec = execute(cfg, tmp_path / "out" / cfg.run_id)
+    assert rec["status"] == "ok", rec.get("error")
+    marked, hub = load_tokenizer(cfg.model, pre_split=True), load_tokenizer(cfg.model)
+    assert rec["provenance"]["tokenizer"] == tokenizer_fingerprint(marked) != tokenizer_fingerprint(hub)
