@@ -182,14 +182,17 @@ def models_of(exp: Experiment, job: Job, conf: Path = CONF) -> list[str]:
     return [job.model] + [s for s in extra if (conf / "model" / f"{s}.yaml").exists()]
 
 
-def store_bytes(exp: Experiment, rule: dict, hub: dict, conf: Path = CONF) -> tuple[int, list[str]]:
+def store_bytes(exp: Experiment, rule: dict, hub: dict, conf: Path = CONF,
+                seen: set | None = None) -> tuple[int, list[str]]:
     """What this experiment's jobs write to the activation store (estimate): per distinct store key (rule `key`: the
     settings a cached array depends on, or `job`: every job its own), examples x tokens (`tokens` all: max_length,
     last: 1) x layers (`layers` all: every block and the embeddings, one) x hidden size x the store's dtype bytes
     (`dtype`, else store.dtype) x `copies`, for each model it stores (`models: sources`: each probe source, else
-    the job's model). Jobs the rule's `when` excludes write nothing. Returns (bytes, the model/task pairs of unknown
-    size)."""
-    seen, total, unknown = set(), 0, []
+    the job's model); `examples` caps the examples per key (prompts per run), `tokens_total` replaces examples x
+    tokens (documents: the dataset's sub-tokens). Jobs the rule's `when` excludes write nothing. Returns (bytes, the
+    model/task pairs of unknown size). `seen`: the keys already counted (the store is shared across experiments)."""
+    seen = set() if seen is None else seen
+    total, unknown = 0, []
     dtype = DTYPE_BYTES.get(str(rule.get("dtype") or (exp.base.get("store") or {}).get("dtype")), 2)
     limits = exp.base.get("data") or {}
     for job in exp.jobs:
@@ -197,24 +200,31 @@ def store_bytes(exp: Experiment, rule: dict, hub: dict, conf: Path = CONF) -> tu
             continue
         stored = models_of(exp, job, conf)[1:] if rule.get("models") == "sources" else [job.model]
         for model in stored:
-            key = (model, job.task, tuple(sorted(map(str, job.settings.items()))) if rule.get("key") == "job" else
-                   tuple(str(setting(exp, job, k)) for k in rule.get("key") or ()))
+            key = (model, job.task, *(sorted(map(str, job.settings.items())) if rule.get("key") == "job" else
+                                      (str(setting(exp, job, k)) for k in rule.get("key") or ())))
             if key in seen:
                 continue
             seen.add(key)
             task = group_file("task", job.task, conf)
             rows = split_rows(task, hub)
             layers, d = model_dims(model, hub, conf)
-            if rows is None or None in rows.values() or not layers or not d:
+            if not layers or not d:
+                unknown.append(f"{model}/{job.task}")
+                continue
+            depth = int(layers) + 1 if rule.get("layers", "all") == "all" else 1
+            if rule.get("tokens_total"):  # documents, not fixed-length examples: the dataset's sub-tokens
+                total += int(rule["tokens_total"]) * depth * int(d) * dtype * int(rule.get("copies", 1))
+                continue
+            if rows is None or None in rows.values():
                 unknown.append(f"{model}/{job.task}")
                 continue
             examples = 0
             for role, n in rows.items():
                 limit = limits.get("limit_train" if role == "train" else "limit_eval")
                 examples += min(n, limit) if isinstance(limit, int) else n
+            examples = min(examples, int(rule.get("examples") or examples))
             tokens = 1 if rule.get("tokens") == "last" else int(limits.get("max_length") or task.get("max_length")
                                                                  or 128)
-            depth = int(layers) + 1 if rule.get("layers", "all") == "all" else 1
             total += examples * tokens * depth * int(d) * dtype * int(rule.get("copies", 1))
     return total, sorted(set(unknown))
 
@@ -225,6 +235,7 @@ def plan(paper: str, names: Sequence[str], conf: Path = CONF, hub: dict | None =
     table = costs() if table is None else table
     p = Plan(paper, [experiment(paper, n, conf) for n in names])
     lo = hi = 0.0
+    stored: set = set()
     for exp in p.experiments:
         est = table["gpu_hours"].get(f"{paper}/{exp.name}")
         if est is None:
@@ -233,7 +244,7 @@ def plan(paper: str, names: Sequence[str], conf: Path = CONF, hub: dict | None =
             lo, hi = lo + float(est[0]), hi + float(est[-1])
         rule = table["store"].get(f"{paper}/{exp.name}", table["store"].get(paper))
         if rule:
-            b, unknown = store_bytes(exp, rule, hub, conf)
+            b, unknown = store_bytes(exp, rule, hub, conf, stored)
             p.store_bytes += b
             p.store_unknown += unknown
         for job in exp.jobs:
@@ -377,7 +388,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--force", action="store_true", help="start although the estimated bytes exceed the free disk")
     ap.add_argument("--allow-dirty", action="store_true", help="publish from a tree with uncommitted changes")
     args = ap.parse_args(argv)
-    papers = args.paper or sorted(p.name for p in (CONF / "experiment").iterdir() if p.is_dir())
+    from scripts import tier
+    papers = args.paper or [p.name for p in sorted((CONF / "experiment").iterdir())
+                            if p.is_dir() and tier.experiments(p.name, args.hardware)]
     return check(papers, args.hardware, force=args.force, allow_dirty=args.allow_dirty)
 
 

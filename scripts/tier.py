@@ -15,8 +15,9 @@ save models later files read) and never a CPU-intended one. Each experiment is
 `python -m experiments.run -m experiment=<paper>/<name> publish=true` (finished runs skip, so a killed tier resumes
 where it stopped): a tier is what publishes into results/; no experiment file sets publish. Every experiment runs to
 its end (its runs record failures and the sweep goes on); the tier then counts the failed records per experiment,
-prints a failure table and exits 1 if any run failed. A GPU tier is checked first by scripts.preflight. The wall time
-and failures of each experiment go to outputs/tiers/<paper>-<hardware>.json beside the commit it ran from."""
+prints a failure table and exits 1 if any run failed. A GPU tier is checked first by scripts.preflight; a refusal
+(its reasons printed, nothing run) exits 2. The wall time and failures of each experiment go to
+outputs/tiers/<paper>-<hardware>.json beside the commit it ran from."""
 from __future__ import annotations
 
 import argparse
@@ -33,6 +34,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf" / "experiment"
 SWEEPS = REPO / "outputs" / "sweeps"
+REFUSED = 2  # the exit code of a tier refused before any run (1: a run failed)
 TIERS = {"cpu": "the CPU tier (make <paper>-cpu)", "offline": "the GPU tier, packaged models (make <paper>)",
          "hub": "the GPU tier with hub models and data (STRATA_HUB=1 make <paper>)",
          "manual": "a CPU run outside every tier, run by hand", "bench": "a benchmark, timed alone, in no tier",
@@ -305,13 +307,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.hardware == "cpu":
         from experiments.results import git_dirty
         if git_dirty() and not args.allow_dirty:
-            raise SystemExit("scripts.tier: refused: the tree has uncommitted changes and a tier publishes "
-                             "(publish=true), which every run would refuse: commit first, or pass --allow-dirty "
-                             "(make <paper>-cpu ALLOW_DIRTY=1; the records say so)")
+            print("scripts.tier: refused: the tree has uncommitted changes and a tier publishes (publish=true), "
+                  "which every run would refuse: commit first, or pass --allow-dirty (make <paper>-cpu "
+                  "ALLOW_DIRTY=1; the records say so)", file=sys.stderr)
+            return REFUSED
     else:
         from scripts import preflight
         if preflight.check(args.paper, args.hardware, force=args.force, allow_dirty=args.allow_dirty):
-            return 1
+            return REFUSED
     return run_tiers(tiers, args.hardware, launch, out_dir=REPO / "outputs" / "tiers",
                      hours=None if args.hardware == "cpu" else estimates(),
                      extra=["allow_dirty=true"] if args.allow_dirty else [])

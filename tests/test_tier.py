@@ -185,16 +185,16 @@ def test_the_estimates_cover_every_gpu_tier_file_and_name_no_other():
     assert set(hours) == gpu and all(v > 0 for k, v in hours.items() if k != "layer_fusion/params")
 
 
-def test_a_dirty_tree_is_refused_before_any_run(monkeypatch):
+def test_a_dirty_tree_is_refused_before_any_run(monkeypatch, capsys):
     from experiments import results
     monkeypatch.setenv("STRATA_HUB", "0")
     monkeypatch.setattr(results, "git_dirty", lambda: True)
     monkeypatch.setattr(tier.subprocess, "run", lambda *a, **k: pytest.fail("a run was launched"))
-    with pytest.raises(SystemExit, match="uncommitted changes .* commit first, or pass --allow-dirty"):
-        tier.main(["pema"])
+    assert tier.main(["pema"]) == 2
+    assert "uncommitted changes" in capsys.readouterr().err
     from scripts import preflight
     monkeypatch.setattr(preflight, "check", lambda *a, **k: 1)  # the GPU tier's pre-flight refused
-    assert tier.main(["pema", "--hardware", "gpu"]) == 1
+    assert tier.main(["pema", "--hardware", "gpu"]) == 2
 
 
 def test_clock():
@@ -213,11 +213,11 @@ def test_no_experiment_file_publishes_so_a_users_sweep_of_one_does_not():
 
 
 def test_help_lists_benchmarks_apart_from_the_paper_scale_tier():
-    lines = tier.targets(["intrinsic_dim", "finetune"], "gpu")
+    lines = tier.targets(["intrinsic_dim", "pema"], "gpu")
     scale = next(line for line in lines if line.startswith("  intrinsic_dim ") and "paper scale" in line)
     assert "bench" not in scale and "icl_vs_sft" in scale and "smoke" not in scale
     assert any("benchmarks, outside the tiers" in line and line.endswith(": bench") for line in lines)
-    assert not any("benchmarks" in line for line in tier.targets(["finetune"], "gpu"))  # no bench file: no line
+    assert not any("benchmarks" in line for line in tier.targets(["pema"], "gpu"))  # no bench file: no line
 
 
 def test_list_says_which_commands_publish_and_maps_no_smoke_file_to_results():
@@ -273,3 +273,26 @@ def test_smoke_reruns_every_job_and_ends_with_one_overall_line(tmp_path):
         return 0
     assert tier.smoke(["a", "b"], launch_ok, sweeps=sweeps, conf=conf, say=lines.append) == 0
     assert lines[-1].startswith("== make smoke: 3 sweeps, 4 runs, 0 failed in ")
+
+
+@pytest.mark.slow  # two runner processes: about 15 s on 2 shared cores
+def test_the_runner_exits_0_with_every_run_failed_and_the_tier_still_exits_1(tmp_path):
+    """The real runner: two jobs on a model whose weights are not in the asset cache, on_error=record."""
+    import subprocess
+    import sys
+
+    def launch(overrides):
+        return subprocess.run([sys.executable, "-m", "experiments.run", "-m", *overrides], cwd=tier.REPO,
+                              capture_output=True).returncode
+    lines, codes = [], []
+    sweeps = tmp_path / "sweeps"
+    extra = ["model=bert-base-cased-re", "task=rt-polarity,wnut16", "on_error=record", "publish=false",
+             f"hydra.sweep.dir={sweeps}/finetune/smoke"]
+    code = tier.run_tier("finetune", "cpu", ["smoke"], lambda o: codes.append(launch(o)) or codes[-1],
+                         out_dir=tmp_path, say=lines.append, sweeps=sweeps, extra=extra)
+    assert codes == [0] and code == 1  # the sweep says success; its records do not
+    assert "finetune/smoke 2 FAILED: 2 runs (2 ran" in lines[1]
+    rows = [[c.strip() for c in row.split(" | ")] for row in lines[-1].splitlines()[2:]]
+    assert [r[1] for r in rows] == ["rt-polarity--bert-base-cased-re--finetune-full--seed0",
+                                    "wnut16--bert-base-cased-re--finetune-full--seed0"]
+    assert all("bert-base-cased-re" in r[2] for r in rows), rows  # the error's first line: the missing model
