@@ -37,6 +37,7 @@ class HubData:
     # the repo's commit or ref to read, as conf/hub_manifest.yaml pins it (null: main). A repo that ships a loading
     # script (datasets 5 refuses those) pins refs/convert/parquet, the hub's parquet export of it
     revision: Optional[str] = None
+    data_dir: Optional[str] = None  # a folder of the repo to read: an export holds one per builder config
     # or read the repo's own files at `revision` through a packaged builder: {split: path in the repo}
     data_files: Optional[dict[str, str]] = None
     builder: Optional[str] = None  # the packaged builder that reads data_files: json | parquet | csv

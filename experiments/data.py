@@ -47,9 +47,8 @@ def _hub(task: DictConfig, split: str | None = None):
             at = f"hf://datasets/{hf.path}@{quote(hf.revision or 'main', safe='')}"
             files = {s: f"{at}/{f}" for s, f in hf.data_files.items()}
             return datasets.load_dataset(hf.builder, data_files=files, split=split)
-        if hf.get("revision"):
-            return datasets.load_dataset(hf.path, hf.name, split=split, revision=hf.revision)
-        return datasets.load_dataset(hf.path, hf.name, split=split)
+        pins = {k: hf[k] for k in ("revision", "data_dir") if hf.get(k)}
+        return datasets.load_dataset(hf.path, hf.name, split=split, **pins)
     except ConnectionError:
         refusal = offline_refusal("task", task.name, task.hf.path, "dataset", cached=False)
         if refusal is None:

@@ -16,6 +16,7 @@ architecture fields. `confirmed: false` marks facts transcribed from public hub 
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import os
 import re
 import sys
@@ -73,7 +74,7 @@ def config_ids(conf: Path = CONF) -> dict[str, dict]:
         hf = _yaml(path).get("hf") or {}
         if hf.get("path"):
             d = datasets.setdefault(hf["path"], {"configs": set(), "tasks": []})
-            d["configs"].add(hf.get("name") or "default")
+            d["configs"].add(hf.get("name") or hf.get("data_dir") or "default")
             d["tasks"].append(path.stem)
             tasks[path.stem] = hf["path"]
     for path in sorted((conf / "experiment").rglob("*.yaml")):
@@ -130,7 +131,7 @@ def save(doc: dict, path: Path = MANIFEST) -> None:
     path.write_text(dump(doc), encoding="utf-8")
 
 
-# ---- refresh (network) ------------------------------------------------------------------------------------------------
+# ---- refresh (network) ---------------------------------------------------------------------------------------------
 
 def _gated(info) -> bool:
     return bool(getattr(info, "gated", False))
@@ -165,16 +166,20 @@ def _export_infos(path: str, revision: str) -> dict:
     return _dataset_viewer.get_exported_dataset_infos(dataset=path, commit_hash=revision, token=None)
 
 
-def _builder_infos(path: str, config: str, revision: str, data_files: Any = None, builder: str | None = None) -> dict:
+def _builder_infos(path: str, config: str, revision: str) -> dict:
     """features and splits of one builder config as datasets resolves it (what a run's load_dataset will see)."""
     import datasets
-    if data_files:
-        b = datasets.load_dataset_builder(builder or "json", data_files=data_files)
-    else:
-        b = datasets.load_dataset_builder(path, None if config == "default" else config, revision=revision)
-    info = b.info
+    info = datasets.load_dataset_builder(path, None if config == "default" else config, revision=revision).info
     return {"features": info.features.to_dict() if info.features is not None else None,
             "splits": {k: v.num_examples for k, v in (info.splits or {}).items()} or None}
+
+
+def _read_files(builder: str, data_files: dict[str, str]) -> dict:
+    """features and rows of a repo's own files read through a packaged builder (json infers its features only by
+    reading them): the refresh downloads them, as a run would."""
+    import datasets
+    dd = datasets.load_dataset(builder, data_files=data_files)
+    return {"features": next(iter(dd.values())).features.to_dict(), "splits": {k: v.num_rows for k, v in dd.items()}}
 
 
 def _config_entry(infos: dict) -> dict:
@@ -184,27 +189,35 @@ def _config_entry(infos: dict) -> dict:
     return {"splits": splits or None, "features": infos.get("features")}
 
 
+def hub_files(path: str, revision: str | None, data_files: dict[str, str]) -> dict[str, str]:
+    """data_files as the hf://datasets/<repo>@<revision>/ paths experiments.data reads (the ref quoted)."""
+    from urllib.parse import quote
+    at = f"hf://datasets/{path}@{quote(revision or 'main', safe='')}"
+    return {split: f"{at}/{f}" for split, f in data_files.items()}
+
+
 def refresh_dataset(api, path: str, configs: Iterable[str], old: dict | None = None,
                     task_nodes: Iterable[dict] = ()) -> dict:
     """One dataset entry read from the hub: main's sha, files, gating and licence; per config the splits and
-    features of the revision its configs pin (the parquet export for a script repo)."""
+    features of the revision its configs pin: main's sha, or for a script repo its parquet export's. A task that reads
+    data_files through a packaged builder pins main when they are main's own files (tner's JSON), else the export."""
     old = old or {}
     info = api.dataset_info(path, files_metadata=True)
     files = _files(info)
     fmt = dataset_format(path, files)
-    revision = info.sha
+    export = None
     if fmt == "script":
         refs = api.list_repo_refs(path, repo_type="dataset")
         export = next((r.target_commit for r in getattr(refs, "converts", []) or [] if r.name == "parquet"), None)
-        revision = export or old.get("revision")
-    data_files = next((dict(n["hf"]["data_files"]) for n in task_nodes if (n.get("hf") or {}).get("data_files")), None)
-    builder = next(((n.get("hf") or {}).get("builder") for n in task_nodes if (n.get("hf") or {}).get("builder")), None)
-    if data_files:  # read through a packaged builder at main's sha, not the script
-        revision = info.sha
+    hf = next(((n.get("hf") or {}) for n in task_nodes if (n.get("hf") or {}).get("data_files")), None) or old
+    data_files = dict(hf["data_files"]) if hf.get("data_files") else None
+    builder = hf.get("builder") if data_files else None
+    on_main = data_files and all(any(fnmatch.fnmatch(f, p) for f in files) for p in data_files.values())
+    revision = info.sha if fmt != "script" or on_main else (export or old.get("revision"))
     entry: dict[str, Any] = {"revision": revision, "format": fmt, "gated": _gated(info), "licence": _licence(info),
                              "confirmed": True, "files": [f for f in files if not f.startswith(".")][:40]}
     if data_files:
-        entry["data_files"] = data_files
+        entry["builder"], entry["data_files"] = builder, data_files
     exported: dict = {}
     if not data_files:
         try:
@@ -213,14 +226,13 @@ def refresh_dataset(api, path: str, configs: Iterable[str], old: dict | None = N
             print(f"scripts.hub: {path}: no parquet export infos ({type(e).__name__}); reading its builders")
     entry["configs"] = {}
     for config in sorted(configs):
+        if data_files:
+            entry["configs"][config] = _config_entry(_read_files(builder, hub_files(path, revision, data_files)))
+            continue
         if config == "default" and config not in exported and len(exported) == 1:
             config = next(iter(exported))  # name=None loads the one config, e.g. squad's plain_text
-        if config in exported:
-            entry["configs"][config] = _config_entry(exported[config])
-        else:
-            files_at = {k: [f"hf://datasets/{path}@{revision}/{f}" for f in ([v] if isinstance(v, str) else v)]
-                        for k, v in data_files.items()} if data_files else None
-            entry["configs"][config] = _config_entry(_builder_infos(path, config, revision, files_at, builder))
+        infos = exported[config] if config in exported else _builder_infos(path, config, revision)
+        entry["configs"][config] = _config_entry(infos)
     return entry
 
 
@@ -421,14 +433,27 @@ def check(doc: dict | None = None, conf: Path = CONF) -> list[str]:
         if entry is None:
             continue
         where = f"conf/task/{p.name}"
-        if entry.get("format") == "script" and not hf.get("data_files") and hf.get("revision") in (None, "main"):
+        if entry.get("data_files"):  # the manifest says how to read it: its files through a packaged builder
+            want = {"builder": entry.get("builder"), "data_files": dict(entry["data_files"])}
+            have = {"builder": hf.get("builder"), "data_files": dict(hf.get("data_files") or {}) or None}
+            if have != want:
+                problems.append(f"{where}: hf.path={hf['path']} is read through a packaged builder: set hf.builder: "
+                                f"{want['builder']} and hf.data_files: {want['data_files']} (as {MANIFEST.name})")
+        elif entry.get("format") == "script" and hf.get("revision") in (None, "main"):
+            folder = f", hf.data_dir: {hf['name']} and hf.name: null" if hf.get("name") else ""
             problems.append(f"{where}: hf.path={hf['path']} ships a loading script on main, which datasets 5 "
-                            f"refuses: set hf.revision: {entry.get('revision') or PARQUET_REF} (its parquet export) "
-                            "or hf.data_files with hf.builder")
+                            f"refuses: set hf.revision: {entry.get('revision') or PARQUET_REF} (its parquet export)"
+                            f"{folder}, or hf.data_files with hf.builder")
+        elif entry.get("format") == "script" and hf.get("name"):
+            problems.append(f"{where}: hf.name={hf['name']}: the parquet export of a script repo has no builder "
+                            f"configs (datasets would merge them all): set hf.data_dir: {hf['name']} (its folder "
+                            "there) and hf.name: null")
         if hf.get("revision") != entry.get("revision"):
             problems.append(f"{where}: hf.revision={hf.get('revision')} but {MANIFEST.name} pins "
                             f"{entry.get('revision')}: run python -m scripts.hub --refresh (it pins both)")
-        config = (entry.get("configs") or {}).get(config_key(entry, hf.get("name"))) or {}
+        if node.get("source", "offline") != "hub":  # an offline task's splits and columns are its asset's (its build
+            continue                                # reads the hub copy at the pin above)
+        config = (entry.get("configs") or {}).get(config_key(entry, hf.get("name") or hf.get("data_dir"))) or {}
         splits = config.get("splits")
         if splits:
             for role, split in (node.get("splits") or {"train": "train", "eval": "eval"}).items():

@@ -71,6 +71,34 @@ def test_a_script_repo_read_without_a_pinned_revision_is_named_with_the_fix(tmp_
     assert S.check(SCRIPT_DOC, pinned) == []
 
 
+def test_a_named_config_of_an_export_is_read_from_its_folder(tmp_path):
+    """An export holds each builder config in a folder and has no configs of its own: datasets would merge them."""
+    named = NER.format(rev=", revision: refs/convert/parquet", splits="eval: validation", labels="O, B-X")
+    named = named.replace("org/ner, name: null", "org/ner, name: ner")
+    assert any("hf.name=ner: the parquet export of a script repo has no builder configs" in p
+               and "set hf.data_dir: ner" in p for p in S.check(SCRIPT_DOC, _conf(tmp_path, {"ner": named})))
+    folder = named.replace("org/ner, name: ner", "org/ner, name: null, data_dir: ner")
+    assert S.check(SCRIPT_DOC, _conf(tmp_path, {"ner": folder})) == []
+
+
+def test_data_files_other_than_the_manifests_are_named(tmp_path):
+    doc = {"datasets": {"org/ner": {**SCRIPT_DOC["datasets"]["org/ner"], "revision": None, "builder": "json",
+                                    "data_files": {"train": "d/train.json", "validation": "d/valid.json"}}},
+           "models": {}}
+    files = ", builder: json, data_files: {train: d/train.json, validation: d/dev.json}"
+    text = NER.format(rev=files, splits="eval: validation", labels="O, B-X")
+    problems = S.check(doc, _conf(tmp_path, {"ner": text}))
+    assert problems == ["conf/task/ner.yaml: hf.path=org/ner is read through a packaged builder: set hf.builder: json "
+                        "and hf.data_files: {'train': 'd/train.json', 'validation': 'd/valid.json'} (as "
+                        "hub_manifest.yaml)"]
+
+
+def test_an_offline_task_built_from_a_hub_copy_is_pinned_but_keeps_its_own_splits(tmp_path):
+    text = NER.format(rev="", splits="eval: eval", labels="O, B-X").replace("source: hub", "source: offline")
+    problems = S.check(SCRIPT_DOC, _conf(tmp_path, {"ner": text}))
+    assert len(problems) == 2 and all("revision" in p for p in problems), problems  # no split complaint
+
+
 def test_a_split_column_or_label_order_the_hub_lacks_is_named(tmp_path):
     text = NER.format(rev=", revision: refs/convert/parquet", splits="dev: validation, eval: test",
                       labels="B-X, O").replace("text_fields: [tokens]", "text_fields: [words]")
@@ -103,6 +131,13 @@ def test_the_loader_passes_the_pinned_revision_to_datasets(calls):
     task = compose("task=conll2003").task
     D._hub(task, "train")
     assert calls == [{"path": "eriktks/conll2003", "name": None, "split": "train", "revision": S.PARQUET_REF}]
+
+
+def test_the_loader_reads_one_folder_of_an_export(calls):
+    task = compose("task=conll2003", "task.hf.data_dir=conll2003").task
+    D._hub(task, "test")
+    assert calls == [{"path": "eriktks/conll2003", "name": None, "split": "test", "revision": S.PARQUET_REF,
+                      "data_dir": "conll2003"}]
 
 
 def test_the_loader_reads_data_files_through_the_packaged_builder(calls):
@@ -200,7 +235,8 @@ def test_refresh_resolves_every_id_and_pins_the_configs(tmp_path, monkeypatch):
     # the configs pin what the manifest says, in place (comments and the rest of the line kept), then check clean
     assert S.check(doc, conf) != []
     assert {p.name for p in S.pin(doc, conf)} == {"ner.yaml", "sst2.yaml", "m.yaml"}
-    assert "hf: {path: org/glue, name: sst2, revision: " + "b" * 40 + "}   # kept" in (conf / "task/sst2.yaml").read_text()
+    sst2 = (conf / "task/sst2.yaml").read_text()
+    assert "hf: {path: org/glue, name: sst2, revision: " + "b" * 40 + "}   # kept" in sst2
     assert re.search(r"^hf_id: distilbert-base-cased\nrevision: d{40}$", (conf / "model/m.yaml").read_text(), re.M)
     assert S.check(doc, conf) == []
     assert S.pin(doc, conf) == []

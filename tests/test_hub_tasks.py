@@ -44,10 +44,11 @@ def load_fixture(path: str, name: str | None) -> tuple[dict, datasets.DatasetDic
 def hub(monkeypatch):
     """Serve the fixtures through `datasets.load_dataset` (what experiments.data calls for source=hub): by repo id
     and config, or, for a repo read through a packaged builder, by the repo its hf://datasets/<repo>@<rev>/ files
-    name."""
-    def load_dataset(path, name=None, split=None, data_files=None, revision=None, **kwargs):
+    name, or for one folder of a parquet export (data_dir), by that folder's config."""
+    def load_dataset(path, name=None, split=None, data_files=None, revision=None, data_dir=None, **kwargs):
         if data_files:
             path, name = re.match(r"hf://datasets/([^@]+)@", next(iter(data_files.values()))).group(1), None
+        name = name or data_dir
         _, dd = load_fixture(path, name)
         if split is None:
             return dd
@@ -134,5 +135,7 @@ def test_a_split_the_hub_lacks_is_named_with_the_ones_it_has(hub):
 
 
 def test_every_fixture_belongs_to_a_hub_task():
-    used = {fixture_path(c.hf.path, c.hf.name).name for c in (compose(f"task={t}").task for t in HUB_TASKS)}
+    """A task with a hub copy (source=hub, or an offline task built from one) has its fixture, and no other does."""
+    tasks = [t for t in (compose(f"task={p.stem}").task for p in (CONF / "task").glob("*.yaml")) if t.hf.path]
+    used = {fixture_path(t.hf.path, t.hf.name or t.hf.data_dir).name for t in tasks}
     assert {p.name for p in FIXTURES.glob("*.json")} == used
