@@ -197,3 +197,25 @@ def test_layer_fusion_ner_reads_words_with_their_start_marks(hub_root, smoke_cfg
     assert rec["status"] == "ok", rec.get("error")
     marked, hub = load_tokenizer(cfg.model, pre_split=True), load_tokenizer(cfg.model)
     assert rec["provenance"]["tokenizer"] == tokenizer_fingerprint(marked) != tokenizer_fingerprint(hub)
+
+
+# --- hardware=gpu composes the offline tasks' dev split ------------------------------------------------------------
+
+CPU_BUDGETS = sorted(p.stem.removeprefix("cpu_") for p in (MANIFEST.parent / "budget").glob("cpu_*.yaml"))
+
+
+@pytest.mark.parametrize("task", CPU_BUDGETS)
+def test_gpu_run_of_an_offline_task_keeps_its_dev_split(task):
+    """The budget file is picked by ${hardware}_${task}: a GPU run must still carve the dev split the CPU budget
+    carves, or it would select its checkpoint on eval without saying so."""
+    cpu, gpu = compose(f"task={task}", "hardware=cpu"), compose(f"task={task}", "hardware=gpu")
+    if cpu.task.dev_from_train is None:
+        pytest.skip(f"cpu_{task}.yaml carves no dev split")
+    assert gpu.task.dev_from_train == cpu.task.dev_from_train
+    assert gpu.data.limit_train is None  # the CPU caps stay on the CPU
+
+
+def test_layer_fusion_smoke_on_gpu_hardware_has_a_dev_split():
+    from experiments import data as D
+    cfg = compose("experiment=layer_fusion/smoke", "hardware=gpu", "hardware.device=cpu")
+    assert "dev" in D.load_splits(cfg.task, cfg.data)

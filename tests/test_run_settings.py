@@ -14,7 +14,8 @@ def test_a_single_run_names_its_budget_file_and_the_values_it_sets():
         assert value in line.split(), value
     assert "train.lr=0.0001" in settings_line(compose("task=rt-polarity", "train.lr=1e-4")).split()
     assert settings_line(compose("task=sst2")).startswith("no budget, ")  # a hub task has no CPU budget file
-    assert settings_line(compose("task=rt-polarity", "hardware=gpu")).startswith("no budget, ")
+    gpu = settings_line(compose("task=rt-polarity", "hardware=gpu"))  # the dev split alone, no CPU caps
+    assert gpu.startswith("budget conf/budget/gpu_rt-polarity.yaml, ") and "data.limit_train=None" in gpu.split()
 
 
 def test_a_run_logs_its_settings_beside_its_start_line(smoke_cfg, tmp_path, caplog):
