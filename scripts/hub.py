@@ -270,6 +270,18 @@ def tokenizer_extras(files: list[str], tok_config: dict | None) -> list[str]:
     return extras
 
 
+def prefix_space(tok_config: dict | None, tokenizer_json: Callable[[], dict | None]) -> bool | None:
+    """The tokenizer's add_prefix_space: tokenizer_config.json's, else the byte-level pre-tokenizer's in
+    tokenizer.json (read only then: RoBERTa's repos ship no tokenizer_config.json); None when neither sets it."""
+    if tok_config and "add_prefix_space" in tok_config:
+        return tok_config["add_prefix_space"]
+    pre = (tokenizer_json() or {}).get("pre_tokenizer") or {}
+    for p in [pre, *(pre.get("pretokenizers") or [])]:
+        if p.get("type") == "ByteLevel" and "add_prefix_space" in p:
+            return p["add_prefix_space"]
+    return None
+
+
 def weights_dtype(info) -> str | None:
     """The dtype the safetensors weights are stored in (the hub's metadata); None for .bin-only repos."""
     st = getattr(info, "safetensors", None)
@@ -291,7 +303,8 @@ def refresh_model(api, hf_id: str, old: dict | None = None) -> dict:
              "files": [f for f in files if not f.startswith(".")][:40],
              "torch_dtype": config.get("torch_dtype", config.get("dtype")),
              "weights_dtype": weights_dtype(info),
-             "add_prefix_space": (tok or {}).get("add_prefix_space"),
+             "add_prefix_space": prefix_space(tok, lambda: _download_json(hf_id, "tokenizer.json", info.sha)
+                                              if "tokenizer.json" in files else None),
              "extras": tokenizer_extras(files, tok), "config": architecture(config)}
     if info.id != hf_id:  # a legacy id the hub redirects
         entry["redirects_to"] = info.id

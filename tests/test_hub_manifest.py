@@ -242,6 +242,15 @@ def test_refresh_resolves_every_id_and_pins_the_configs(tmp_path, monkeypatch):
     assert S.pin(doc, conf) == []
 
 
+def test_add_prefix_space_is_the_tokenizer_config_s_else_the_byte_level_pre_tokenizer_s():
+    byte_level = {"pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True}}
+    nested = {"pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "Split"}, byte_level["pre_tokenizer"]]}}
+    assert S.prefix_space({"add_prefix_space": True}, lambda: pytest.fail("tokenizer.json read needlessly")) is True
+    assert S.prefix_space(None, lambda: byte_level) is False and S.prefix_space({}, lambda: nested) is False
+    assert S.prefix_space({}, lambda: {"pre_tokenizer": {"type": "BertPreTokenizer"}}) is None
+    assert S.prefix_space(None, lambda: None) is None
+
+
 def test_a_failed_refresh_keeps_the_old_entry_and_says_so(tmp_path, monkeypatch):
     conf = _conf(tmp_path / "conf", {}, {"m": "name: m\nsource: hub\nhf_id: org/gated\n"})
     out = tmp_path / "manifest.yaml"
