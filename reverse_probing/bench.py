@@ -19,6 +19,7 @@ from reverse_probing.documents import words_of
 
 def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
     models, layers, extras = R.check(cfg)
+    R.ready(cfg, models, extras)
     if cfg.task.type != "coref":
         raise R.ConfigError(f"method=reverse_probing_bench times the coreference probe; task={cfg.task.name} is "
                             f"{cfg.task.type}")

@@ -58,7 +58,7 @@ class SourceConfig(ReverseProbingConfig):
     kind=coref_target: the CorefTarget upper bound [P §4]: the encoder trained with the coreference head on the
     target task (`task=` a coref task), then frozen."""
     name: str = "reverse_probing_source"
-    kind: str = "finetune"  # finetune | coref_target
+    kind: str = "finetune"  # finetune | coref_target | data (the coref task's offline data: reverse_probing.conll2012)
     save_as: str = ""  # the asset name the probes load (conf/model/<save_as>.yaml points at it)
     encoder_lr: float = 1e-5  # coref_target: the encoder's learning rate [coref-hoi bert_base]; the probe fields
     # above configure its head (the aggregator is the identity: one source, mean)

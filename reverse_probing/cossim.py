@@ -17,8 +17,9 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
     if m.gold_mentions:
         raise ConfigError("method=reverse_probing_cossim averages over every word of a document: set "
                           "method.gold_mentions=false (gold-mention mode reads the mentions' words only)")
-    models, _, _ = R.check(cfg)
+    models, _, extras = R.check(cfg)
     ref = load_group("model", m.reference, ModelConfig, "method.reference")
+    R.ready(cfg, models + [ref], extras)
     everyone = models + [ref]
     toks = [R.load_source(x)[0] for x in everyone]
     rows = R.load_docs(cfg.task, cfg.data, (m.split,))[m.split]

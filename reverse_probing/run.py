@@ -33,6 +33,7 @@ from experiments.models import load_encoder, tokenizer_fingerprint
 from experiments.optim import linear_schedule, param_groups, warmup_steps
 from experiments.store import model_fingerprint
 from experiments.train import TrainLog
+from reverse_probing import supplied
 from reverse_probing.aggregate import MODES, Aggregator
 from reverse_probing.byte_memo import ByteMemo
 from reverse_probing.coref import CorefHead
@@ -102,6 +103,14 @@ def check(cfg: DictConfig) -> tuple[list[DictConfig], list[int | None], dict[str
     if m.word_pooling not in ("mean", "first"):
         raise ConfigError(f"method.word_pooling={m.word_pooling!r}: use mean or first")
     return models, layers, extra_tasks(cfg)
+
+
+def ready(cfg: DictConfig, models: list[DictConfig], extras: dict[str, DictConfig]) -> None:
+    """Everything the run reads that `make assets` does not build is in the asset cache, or a refusal naming what
+    saves it (before any work)."""
+    supplied.check_models(models)
+    for task in [cfg.task, *extras.values()]:
+        supplied.check_task(task, cfg.data)
 
 
 # ---- frozen sources and their stored states ---------------------------------------------------------------------
@@ -435,6 +444,7 @@ def coref_data(cfg: DictConfig, ctx: RunContext, models, layers, extras) -> dict
 
 def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
     models, layers, extras = check(cfg)
+    ready(cfg, models, extras)
     if cfg.task.type == "qa":
         return run_qa(cfg, ctx, models, layers)
     m = cfg.method

@@ -3,7 +3,8 @@
 kind=finetune: the suite's Full fine-tune of `model=` on `task=` (the shared trainer; dev-selected where the task
 has a dev split). Its own task score is the record's metrics: evidence that the source learned the task it stands
 for. kind=coref_target: the CorefTarget upper bound [P §4]: the encoder trained together with the coreference head on
-the target task (`task=`, a coref task), then saved and probed frozen like every other source.
+the target task (`task=`, a coref task), then saved and probed frozen like every other source. kind=data: the coref
+task's own offline data (data/<task.offline>: CoNLL-2012 from the hub's copy or a local one, reverse_probing.conll2012).
 
 The directory gets a MANIFEST (files, hashes, the run that made it) last and is renamed into place, so a killed build
 is never used; conf/model/<save_as>.yaml points at it like at any packaged model.
@@ -25,11 +26,12 @@ from experiments.config import ConfigError
 from experiments.context import RunContext
 from experiments.models import load_encoder, tokenizer_fingerprint
 from experiments.results import provenance
+from reverse_probing import conll2012, supplied
 from reverse_probing import run as probe
 from reverse_probing.documents import words_of
 from reverse_probing.extract import positions
 
-KINDS = ("finetune", "coref_target")
+KINDS = ("finetune", "coref_target", "data")
 
 
 def save(encoder: torch.nn.Module, tok, name: str, facts: dict) -> str:
@@ -119,6 +121,11 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
     m = cfg.method
     if m.kind not in KINDS:
         raise ConfigError(f"method.kind={m.kind!r} is not one of {', '.join(KINDS)}")
+    if m.kind == "data":
+        metrics, ctx.extra["saved_to"] = conll2012.build(cfg.task, cfg.data)
+        return metrics
+    supplied.check_task(cfg.task, cfg.data)
+    supplied.check_models([cfg.model], "model")
     if not m.save_as or m.save_as == cfg.model.name:
         raise ConfigError(f"method.save_as={m.save_as!r}: name the new encoder (not the base model's own name), e.g. "
                           f"{cfg.model.name}-ner; conf/model/<save_as>.yaml then loads it")
