@@ -294,10 +294,17 @@ def weights_dtype(info) -> str | None:
 
 def refresh_model(api, hf_id: str, old: dict | None = None) -> dict:
     """One model entry read from the hub: sha, gating, licence, files, config.json and tokenizer_config.json."""
+    from huggingface_hub.errors import GatedRepoError
     info = api.model_info(hf_id, files_metadata=True)
     files = _files(info)
-    config = _download_json(hf_id, "config.json", info.sha) or {}
-    tok = _download_json(hf_id, "tokenizer_config.json", info.sha)
+    try:
+        config = _download_json(hf_id, "config.json", info.sha) or {}
+        tok = _download_json(hf_id, "tokenizer_config.json", info.sha)
+    except GatedRepoError:  # the listing is public, the files need an accepted licence and a token
+        print(f"scripts.hub: {hf_id} is gated: its files need HF_TOKEN (or `hf auth login`) with its licence "
+              "accepted on the hub; its other fields are kept unconfirmed")
+        return {**(old or {}), "revision": info.sha, "gated": True, "licence": _licence(info), "confirmed": False,
+                "files": [f for f in files if not f.startswith(".")][:40]}
     entry = {"revision": info.sha, "gated": _gated(info), "licence": _licence(info), "confirmed": True,
              "model_type": config.get("model_type"), "tokenizer_class": (tok or {}).get("tokenizer_class"),
              "files": [f for f in files if not f.startswith(".")][:40],

@@ -9,6 +9,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import datasets
+import httpx
 import huggingface_hub.constants
 import pytest
 import yaml
@@ -249,6 +250,21 @@ def test_add_prefix_space_is_the_tokenizer_config_s_else_the_byte_level_pre_toke
     assert S.prefix_space(None, lambda: byte_level) is False and S.prefix_space({}, lambda: nested) is False
     assert S.prefix_space({}, lambda: {"pre_tokenizer": {"type": "BertPreTokenizer"}}) is None
     assert S.prefix_space(None, lambda: None) is None
+
+
+def test_a_gated_model_without_a_token_keeps_its_fields_unconfirmed(monkeypatch, capsys):
+    from huggingface_hub.errors import GatedRepoError
+
+    def gated(repo, name, rev):
+        url = f"https://huggingface.co/{repo}/resolve/{rev}/{name}"
+        raise GatedRepoError("401: access to this repo is restricted",
+                             response=httpx.Response(401, request=httpx.Request("GET", url)))
+    monkeypatch.setattr(S, "_download_json", gated)
+    old = {"revision": None, "gated": True, "confirmed": False, "model_type": "llama", "config": {"hidden_size": 4096}}
+    entry = S.refresh_model(FakeApi(), "org/llama", old)
+    assert entry == {**old, "revision": "d" * 40, "licence": "mit",
+                     "files": ["config.json", "pytorch_model.bin", "spm.model", "tokenizer_config.json"]}
+    assert "org/llama is gated: its files need HF_TOKEN" in capsys.readouterr().out
 
 
 def test_a_failed_refresh_keeps_the_old_entry_and_says_so(tmp_path, monkeypatch):
