@@ -64,6 +64,7 @@ def test_overrides_load_the_fixture_offline(hub_root, monkeypatch):
     assert weights_path(model) == str(hub_root / "FacebookAI--roberta-base")
     tok, enc = load_encoder(model)
     assert enc.config.hidden_size == model.hidden_size == 32
+    assert model.from_config.vocab_size == enc.config.vocab_size == len(tok)  # what parameter counts read
 
 
 def test_unknown_hub_id_names_the_fix(hub_root):

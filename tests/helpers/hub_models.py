@@ -4,7 +4,9 @@ tokenizer's class and files (an spm.model alone, vocab.json + merges.txt with ad
 token where the hub sets none, max_position_embeddings as on the hub. Weights and vocabularies are tiny and random
 (hidden 32, 2 layers, a vocabulary of a few hundred pieces trained here); only the layout is the hub's.
 
-conf/hub_manifest.yaml describes each repo; until it exists a built-in table of the layouts the tests need stands in.
+conf/hub_manifest.yaml describes each repo and decides. The built-in table below fills what an entry leaves null or
+does not record (DeBERTa's relative-attention fields, the dtype a weight file stores), and stands in where no
+manifest exists; an id in neither is refused with the fix.
 
     path = save_hub_model("FacebookAI/roberta-base", tmp_path)            # a directory from_pretrained loads
     compose(*hub_model_overrides("roberta-base", tmp_path), "task=...")   # a job that loads it, no download
@@ -52,10 +54,8 @@ def _roberta(**config):
 def _deberta(v3=True):
     extra = {"position_biased_input": False, "relative_attention": True, "position_buckets": 256,
              "norm_rel_ebd": "layer_norm", "share_att_key": True, "pos_att_type": ["p2c", "c2p"],
-             "max_relative_positions": -1, "type_vocab_size": 0, "layer_norm_eps": 1e-7} if v3 else {
-        "position_biased_input": False, "relative_attention": True, "position_buckets": 256,
-        "norm_rel_ebd": "layer_norm", "share_att_key": True, "pos_att_type": ["p2c", "c2p"],
-        "conv_kernel_size": 3, "conv_act": "gelu", "max_relative_positions": -1, "type_vocab_size": 0}
+             "max_relative_positions": -1, "type_vocab_size": 0}
+    extra.update({"layer_norm_eps": 1e-7} if v3 else {"conv_kernel_size": 3, "conv_act": "gelu"})
     return {"model_type": "deberta-v2", "tokenizer_class": None, "torch_dtype": None, "add_prefix_space": None,
             "files": ["config.json", "pytorch_model.bin", "spm.model", "tokenizer_config.json"],
             "extras": ["sentencepiece"], "config": {"max_position_embeddings": 512, **extra}}
@@ -308,13 +308,29 @@ def save_hub_model(hf_id: str, root: Path) -> Path:
     return out
 
 
+def _hydra_value(v) -> str:
+    if isinstance(v, bool) or v is None:
+        return {True: "true", False: "false", None: "null"}[v]
+    if isinstance(v, str):
+        return "'" + v.replace("'", "\\'") + "'"
+    if isinstance(v, (list, tuple)):
+        return "[" + ",".join(map(_hydra_value, v)) + "]"
+    return repr(v)
+
+
 def hub_model_overrides(model_name: str, root: Path) -> list[str]:
     """Hydra overrides that make a composed job load conf/model/<model_name> from its tiny fixture under root
-    instead of the hub: the model, the fixture directory and the fixture's dims. Drop the first (`model=...`) where
-    an experiment file already picks the model."""
+    instead of the hub: the model, the fixture directory, its dims, and from_config's fields (what parameter counts
+    read without loading) as the fixture's config.json has them. Drop the first (`model=...`) where an experiment
+    file already picks the model."""
     conf = yaml.safe_load((REPO / "conf" / "model" / f"{model_name}.yaml").read_text())
     if conf.get("source") != "hub" or not conf.get("hf_id"):
         raise ValueError(f"model={model_name} is source={conf.get('source')!r} with hf_id={conf.get('hf_id')!r}: "
                          "only hub models have a hub layout to copy")
     path = save_hub_model(conf["hf_id"], root)
-    return [f"model={model_name}", f"model.local_dir={path}", "model.hidden_size=32", "model.num_layers=2"]
+    out = [f"model={model_name}", f"model.local_dir={path}", "model.hidden_size=32", "model.num_layers=2"]
+    if conf.get("from_config"):
+        saved = json.loads((path / "config.json").read_text())
+        fields = {k: saved[k] for k in conf["from_config"] if k in saved}
+        out.append("model.from_config={" + ",".join(f"{k}:{_hydra_value(v)}" for k, v in fields.items()) + "}")
+    return out
