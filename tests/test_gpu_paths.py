@@ -98,8 +98,8 @@ def test_qa_model_trains_a_step_under_autocast(dtype):
     from experiments.models import build
     cfg = compose("model=tiny-bert", "task=squad-dev")
     tok, model = build(cfg.model, cfg.task)
-    enc = tok(["who ran?", "where?"], ["Peter ran to Paris", "in London town"], padding="max_length", truncation=True, max_length=24,
-              return_tensors="pt")
+    enc = tok(["who ran?", "where?"], ["Peter ran to Paris", "in London town"], padding="max_length",
+              truncation=True, max_length=24, return_tensors="pt")
     with torch.autocast("cpu", dtype=dtype):
         out = model(**enc, start_positions=torch.tensor([5, 6]), end_positions=torch.tensor([5, 7]))
     out.loss.backward()
