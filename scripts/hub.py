@@ -319,9 +319,9 @@ def refresh_model(api, hf_id: str, old: dict | None = None) -> dict:
 
 
 def refresh(only: Iterable[str] = (), conf: Path = CONF, path: Path = MANIFEST, api=None,
-            log: Callable[[str], Any] = print) -> dict:
+            log: Callable[[str], Any] = print) -> tuple[dict, list[str]]:
     """Resolve every id conf/ names (or those in `only`) and write the manifest; ids that fail keep their old entry
-    and are listed. Returns the manifest."""
+    and are listed. Returns (the manifest, the ids not refreshed)."""
     from huggingface_hub import HfApi
     api = api or HfApi()
     ids = config_ids(conf)
@@ -355,7 +355,7 @@ def refresh(only: Iterable[str] = (), conf: Path = CONF, path: Path = MANIFEST, 
     save(doc, path)
     for line in failed:
         log(f"scripts.hub: not refreshed, old entry kept: {line}")
-    return doc
+    return doc, failed
 
 
 # ---- pinning the configs ------------------------------------------------------------------------------------------
@@ -512,13 +512,21 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--unconfirmed", action="store_true", help="list the entries no refresh has written")
     ap.add_argument("--only", nargs="*", default=[], help="refresh these ids only")
     args = ap.parse_args(argv)
+    failed: list[str] = []
+    ids = config_ids()
+    unknown = sorted(set(args.only) - set(ids["datasets"]) - set(ids["models"]))
+    if unknown:
+        ap.error(f"--only {' '.join(unknown)}: no conf/ file names these ids (hf.path of a task, hf_id of a model)")
     if args.refresh:
         os.environ["STRATA_HUB"] = "1"  # a refresh is the one command that must reach the hub
         from experiments.hub import online
         online()
-        doc = refresh(args.only)
+        doc, failed = refresh(args.only)
         for p in pin(doc):
             print(f"scripts.hub: pinned {p.relative_to(REPO)}")
+        if failed:  # the check below still runs: the configs agree with what the manifest holds
+            print(f"scripts.hub: {len(failed)} ids not refreshed (see above); rerun with network, HF_TOKEN for the "
+                  "gated ones", file=sys.stderr)
     if args.unconfirmed:
         print("\n".join(unconfirmed()) or "every entry confirmed")
         return 0
@@ -527,7 +535,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"scripts.hub: {line}", file=sys.stderr)
     if not problems:
         print(f"scripts.hub: every task and model config agrees with {MANIFEST.relative_to(REPO)}")
-    return 1 if problems else 0
+    return 1 if problems or args.refresh and failed else 0
 
 
 if __name__ == "__main__":

@@ -218,7 +218,8 @@ def test_refresh_resolves_every_id_and_pins_the_configs(tmp_path, monkeypatch):
     monkeypatch.setattr(S, "_export_infos", lambda path, rev: exported.append((path, rev)) or EXPORT[path])
     monkeypatch.setattr(S, "_download_json", lambda repo, name, rev: FILES.get(name))
     api, out = FakeApi(), tmp_path / "manifest.yaml"
-    doc = S.refresh(conf=conf, path=out, api=api, log=lambda line: None)
+    doc, failed = S.refresh(conf=conf, path=out, api=api, log=lambda line: None)
+    assert failed == []
     ner = doc["datasets"]["org/ner"]
     assert (ner["format"], ner["revision"], ner["confirmed"], ner["licence"]) == ("script", "c" * 40, True, "cc-by-4.0")
     assert ner["configs"]["ner"]["splits"] == {"train": 10, "validation": 5}
@@ -277,7 +278,8 @@ def test_a_failed_refresh_keeps_the_old_entry_and_says_so(tmp_path, monkeypatch)
         def model_info(self, repo_id, files_metadata=False):
             raise PermissionError("401: gated, log in")
     lines = []
-    doc = S.refresh(conf=conf, path=out, api=Gated(), log=lines.append)
+    doc, failed = S.refresh(conf=conf, path=out, api=Gated(), log=lines.append)
+    assert failed == ["model org/gated: PermissionError: 401: gated, log in"]
     assert doc["models"]["org/gated"] == {"revision": None, "confirmed": False}
     assert lines == ["scripts.hub: not refreshed, old entry kept: model org/gated: PermissionError: 401: gated, log in"]
 
@@ -359,3 +361,16 @@ def test_a_hub_model_loads_at_its_pinned_revision(monkeypatch):
                                                 ("weights", "FacebookAI/roberta-base"),
                                                 ("tokenizer", "meta-llama/Llama-2-7b-hf"),
                                                 ("lm", "meta-llama/Llama-2-7b-hf"))]
+
+
+def test_the_command_exits_non_zero_on_a_problem_or_an_id_not_refreshed(monkeypatch, capsys):
+    monkeypatch.setenv("STRATA_HUB", "0")  # --refresh sets it: restored after the test
+    assert S.main(["--check"]) == 0
+    monkeypatch.setattr(S, "refresh", lambda only: (S.load(), ["model org/x: ConnectError: no network"]))
+    monkeypatch.setattr(S, "pin", lambda doc: [])
+    monkeypatch.setattr(H, "online", lambda: True)  # the command turns the hub on; nothing may reach it here
+    assert S.main(["--refresh"]) == 1
+    assert "1 ids not refreshed" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        S.main(["--refresh", "--only", "org/unknown"])
+    assert "--only org/unknown: no conf/ file names these ids" in capsys.readouterr().err
