@@ -21,11 +21,25 @@ SCHEMA_VERSION = 2
 NOT_HASHED = ("publish", "force", "on_error", "logger", "exp_id", "results_dir", "paper", "experiment", "debug",
               "allow_dirty", "run_id")
 NOT_HASHED_NESTED = (("store", "dir"),)  # the same content wherever the store lives
+# keys added to the schema after records were made: null in a config now means what their absence meant then, so
+# leaving them out of the hash while null keeps every earlier record's hash (a record pinning one hashes it)
+NULL_AS_ABSENT = (("model", "local_dir"), ("model", "revision"), ("task", "hf", "revision"),
+                  ("task", "hf", "data_dir"), ("task", "hf", "data_files"), ("task", "hf", "builder"))
 REPO = Path(__file__).resolve().parent.parent
 
 
 def config_hash(config: dict) -> str:
     semantic = {k: v for k, v in config.items() if k not in NOT_HASHED}
+    for *parents, key in NULL_AS_ABSENT:
+        node = semantic
+        for name in parents:  # copy the path down, never the caller's dicts
+            if not isinstance(node.get(name), dict):
+                break
+            node[name] = dict(node[name])
+            node = node[name]
+        else:
+            if key in node and node[key] is None:
+                del node[key]
     for group, key in NOT_HASHED_NESTED:
         if isinstance(semantic.get(group), dict):
             semantic[group] = {k: v for k, v in semantic[group].items() if k != key}

@@ -3,6 +3,7 @@
 task names exists on the hub, every config pins the manifest's revision; the loader passes those pins to
 datasets.load_dataset; scripts.hub's refresh, run on hub-shaped answers (no network), writes entries and pins configs
 that pass the same check; one switch turns the hub on for models and datasets together."""
+import json
 import os
 import re
 from pathlib import Path
@@ -374,3 +375,21 @@ def test_the_command_exits_non_zero_on_a_problem_or_an_id_not_refreshed(monkeypa
     with pytest.raises(SystemExit):
         S.main(["--refresh", "--only", "org/unknown"])
     assert "--only org/unknown: no conf/ file names these ids" in capsys.readouterr().err
+
+
+def test_pins_left_null_keep_the_hash_of_records_made_before_they_existed():
+    """A record made before task.hf.revision and its siblings (and model.revision) existed hashes as a config that
+    has them null: finished runs are not redone and `make verify` sees no drift; a pinned revision is hashed."""
+    from omegaconf import OmegaConf
+
+    from experiments.results import config_hash
+    now = OmegaConf.to_container(compose("task=sst2", "model=roberta-base"), resolve=True)
+    before = json.loads(json.dumps(now))
+    for key in ("revision", "data_dir", "data_files", "builder"):
+        del before["task"]["hf"][key]
+    for key in ("revision", "local_dir"):
+        before["model"].pop(key)
+    assert config_hash(now) == config_hash(before)
+    assert now["task"]["hf"]["revision"] is None and "revision" in now["model"]  # the caller's config untouched
+    now["task"]["hf"]["revision"] = "f" * 40
+    assert config_hash(now) != config_hash(before)
