@@ -17,3 +17,14 @@ class StoreBenchConfig(MethodConfig):
     max_length: int = 128
     repeats: int = 5  # interleaved timed rounds (medians reported)
     warmup: int = 1  # untimed rounds first
+
+
+@dataclass
+class FinetuneBenchConfig(MethodConfig):
+    """method=finetune_bench (experiments/bench_finetune.py): the suite's training step vs transformers' Trainer on
+    the same model, batches and optimizer, interleaved in one process; `model=`, `task=`, `hardware=` pick what."""
+    name: str = "finetune_bench"
+    variant: str = "trainer"
+    steps: int = 10  # optimizer steps per arm and round (the first batches of epoch 0)
+    repeats: int = 5  # interleaved timed rounds (per-step medians reported)
+    warmup: int = 1  # untimed rounds first

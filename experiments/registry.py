@@ -42,6 +42,8 @@ METHODS: dict[str, Method] = {
     "intrinsic_dim_bench": Method("intrinsic_dim.bench:run", "intrinsic_dim",
                                   "intrinsic_dim.config:IntrinsicDimBenchConfig"),
     "store_bench": Method("experiments.bench_store:run", "store", "experiments.bench_config:StoreBenchConfig"),
+    "finetune_bench": Method("experiments.bench_finetune:run", "finetune",
+                             "experiments.bench_config:FinetuneBenchConfig"),
     "recycling": Method("recycling.run:run", "recycling", "recycling.config:RecyclingConfig"),
     "recycling_bench": Method("recycling.bench:run", "recycling", "recycling.config:RecyclingBenchConfig"),
     # version 3: Eq. 1 loss, layer 4 prunes before its exit, paper-code at batch 1, paper tau grid, 3 timing seeds
