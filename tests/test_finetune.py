@@ -1,6 +1,9 @@
 """experiments/finetune.py: with a dev split the checkpoint is chosen on dev and eval is scored once, at the chosen
 weights (the bio-NER tasks report test after selecting on validation, as the paper does)."""
+from types import SimpleNamespace
+
 import pytest
+import torch
 
 from experiments.run import execute
 from tests.conftest import REPO
@@ -46,3 +49,24 @@ def test_dataloader_workers_change_no_result(smoke_cfg, tmp_path):
     metrics = [{k: v for k, v in r["metrics"].items() if not k.startswith("time/")} for r in recs]
     assert metrics[0] == metrics[1] and recs[0]["per_example"] == recs[1]["per_example"]
     assert recs[0]["extra"]["history"] == recs[1]["extra"]["history"]
+
+
+@pytest.mark.slow
+def test_trainer_bench_walks_at_tiny_size_and_records_both_arms(tmp_path, monkeypatch):
+    """method=finetune_bench on tiny-bert: every timed step of both arms is in the record (no timing asserted)."""
+    from tests.conftest import compose
+    monkeypatch.setattr("experiments.run.git_dirty", lambda: False)
+    cfg = compose("experiment=finetune/bench_trainer", "debug=smoke", "method.steps=2", "method.repeats=2",
+                  "method.warmup=1", "train.grad_accum=2", f"results_dir={tmp_path / 'results'}")
+    rec = execute(cfg, tmp_path / "run")
+    assert rec["status"] == "ok", rec.get("error")
+    t = rec["extra"]["benchmark"]["timing"]
+    assert {k: len(v) for k, v in t["step_times_s"].items()} == {"ours": 4, "trainer": 4}  # warm-up steps dropped
+    assert {k: len(v) for k, v in t["call_times_s"].items()} == {"ours": 2, "trainer": 2}
+    assert rec["metrics"]["time/step_ratio"] == pytest.approx(t["step_median_s"]["ours"] / t["step_median_s"]["trainer"])
+    assert rec["extra"]["benchmark"]["data"]["batches"] == 4  # 2 steps x 2 micro-batches, the same for both arms
+    assert not [p for p in (tmp_path / "run").rglob("bench-finetune-*")]  # Trainer's output_dir is removed
+    with pytest.raises(ValueError, match="method.steps=500"):
+        from experiments.bench_finetune import measure
+        ctx = SimpleNamespace(device=torch.device("cpu"), n_samples={}, output_dir=str(tmp_path / "x"))
+        measure(compose("experiment=finetune/bench_trainer", "debug=smoke", "method.steps=500"), ctx)
