@@ -4,9 +4,9 @@ tokenizer's class and files (an spm.model alone, vocab.json + merges.txt with ad
 token where the hub sets none, max_position_embeddings as on the hub. Weights and vocabularies are tiny and random
 (hidden 32, 2 layers, a vocabulary of a few hundred pieces trained here); only the layout is the hub's.
 
-conf/hub_manifest.yaml describes each repo and decides. The built-in table below fills what an entry leaves null or
-does not record (DeBERTa's relative-attention fields, the dtype a weight file stores), and stands in where no
-manifest exists; an id in neither is refused with the fix.
+conf/hub_manifest.yaml describes each repo and decides (weights_dtype: the dtype the weight file stores). The
+built-in table below fills what an entry leaves null or does not record (DeBERTa's relative-attention fields), and
+stands in where no manifest exists; an id in neither is refused with the fix.
 
     path = save_hub_model("FacebookAI/roberta-base", tmp_path)            # a directory from_pretrained loads
     compose(*hub_model_overrides("roberta-base", tmp_path), "task=...")   # a job that loads it, no download
@@ -31,12 +31,6 @@ TINY_DEFAULT = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads"
 SIZE_KEYS = {k for d in (*TINY.values(), TINY_DEFAULT) for k in d} | {
     "num_key_value_heads", "head_dim", "pooler_hidden_size", "vocab_size", "embedding_size"}
 
-# what the manifest does not record: the dtype the weight file stores (HalfStorage .bin files with no dtype in
-# config.json)
-STORED_DTYPE = {f"microsoft/deberta-{v}": "float16" for v in ("v2-xlarge", "v3-xsmall", "v3-small", "v3-base",
-                                                              "v3-large")}
-
-
 def _bert(files=("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "vocab.txt"),
           model_type="bert", tokenizer_class="BertTokenizer", **config):
     return {"model_type": model_type, "tokenizer_class": tokenizer_class, "files": list(files), "torch_dtype": None,
@@ -56,7 +50,8 @@ def _deberta(v3=True):
              "norm_rel_ebd": "layer_norm", "share_att_key": True, "pos_att_type": ["p2c", "c2p"],
              "max_relative_positions": -1, "type_vocab_size": 0}
     extra.update({"layer_norm_eps": 1e-7} if v3 else {"conv_kernel_size": 3, "conv_act": "gelu"})
-    return {"model_type": "deberta-v2", "tokenizer_class": None, "torch_dtype": None, "add_prefix_space": None,
+    return {"model_type": "deberta-v2", "tokenizer_class": None, "torch_dtype": None, "weights_dtype": "float16",
+            "add_prefix_space": None,
             "files": ["config.json", "pytorch_model.bin", "spm.model", "tokenizer_config.json"],
             "extras": ["sentencepiece"], "config": {"max_position_embeddings": 512, **extra}}
 
@@ -284,7 +279,7 @@ def save_hub_model(hf_id: str, root: Path) -> Path:
     torch.manual_seed(0)
     config = _tiny_config(entry, tok)
     model = _weights_class(config).from_config(config)
-    stored = getattr(torch, STORED_DTYPE.get(hf_id) or entry.get("torch_dtype") or "float32")
+    stored = getattr(torch, entry.get("weights_dtype") or entry.get("torch_dtype") or "float32")
     scratch = out / ".weights"
     model.to(stored).save_pretrained(scratch)
     saved = json.loads((scratch / "config.json").read_text())
