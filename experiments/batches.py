@@ -78,26 +78,31 @@ def train_batches(features: datasets.Dataset, batch_size: int, pad_id: int, seed
     return epoch_batches, n_batches
 
 
-class TokenInputs:
-    """(start, stop) -> the padded model inputs of features[start:stop]; picklable, so DataLoader workers can pad."""
+class Padded:
+    """(start, stop) -> collate(rows[start:stop]); picklable, so DataLoader workers can pad."""
 
-    def __init__(self, features: datasets.Dataset, pad_id: int):
-        cols = [c for c in INPUTS if c in features.column_names]
-        self.rows = [dict(zip(cols, vals)) for vals in zip(*(features[c] for c in cols))]
-        self.pad_id = pad_id
-        self._loaders: dict[tuple, DataLoader] = {}
+    def __init__(self, rows: list[dict], pad_id: int):
+        self.rows, self.pad_id = rows, pad_id
 
     def __call__(self, i: int, j: int) -> dict[str, torch.Tensor]:
         return collate(self.rows[i:j], self.pad_id)
 
-    def __getstate__(self) -> dict:
-        return {**self.__dict__, "_loaders": {}}
+
+class TokenInputs(Padded):
+    """(start, stop) -> the padded model inputs (`INPUTS`) of features[start:stop], and the loaders over them."""
+
+    def __init__(self, features: datasets.Dataset, pad_id: int):
+        cols = [c for c in INPUTS if c in features.column_names]
+        super().__init__([dict(zip(cols, vals)) for vals in zip(*(features[c] for c in cols))], pad_id)
+        self._loaders: dict[tuple, DataLoader] = {}
 
     def loader(self, batch_size: int, num_workers: int, pin_memory: bool) -> DataLoader:
-        """One loader per setting, kept: repeated evaluations reuse its persistent workers."""
+        """One loader per setting, kept: repeated evaluations reuse its persistent workers, which end with this
+        object (the loader reads a `Padded` over the same rows, so no cycle keeps them alive)."""
         key = (batch_size, num_workers, pin_memory)
         if key not in self._loaders:
-            self._loaders[key] = eval_batches(self, len(self.rows), batch_size, num_workers, pin_memory)
+            self._loaders[key] = eval_batches(Padded(self.rows, self.pad_id), len(self.rows), batch_size,
+                                              num_workers, pin_memory)
         return self._loaders[key]
 
 
@@ -113,9 +118,9 @@ class Spans(Dataset):
 
 def eval_batches(inputs: Callable[[int, int], dict], n: int, batch_size: int, num_workers: int = 0,
                  pin_memory: bool = False) -> DataLoader:
-    """inputs(0, b), inputs(b, 2b), ... up to n, in order, from a DataLoader. Only `TokenInputs` go to workers and
-    pinned memory: other inputs (cached hidden states, perhaps already on the device) are read in this process."""
-    if not isinstance(inputs, TokenInputs):
+    """inputs(0, b), inputs(b, 2b), ... up to n, in order, from a DataLoader. Only token inputs (`Padded`) go to
+    workers and pinned memory: other inputs (cached hidden states, perhaps already on the device) are read here."""
+    if not isinstance(inputs, Padded):
         num_workers, pin_memory = 0, False
     spans = [(i, min(n, i + batch_size)) for i in range(0, n, batch_size)]
     return _loader(Spans(inputs), num_workers, pin_memory, sampler=spans, batch_size=None, collate_fn=_as_is)

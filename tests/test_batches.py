@@ -81,3 +81,12 @@ def test_loading_reads_the_hardware_config_and_refuses_a_bad_worker_count():
     assert B.loading(OmegaConf.create({"num_workers": 0}), torch.device("cuda"))["pin_memory"]
     with pytest.raises(ValueError, match="hardware.num_workers=-1"):
         B.loading(OmegaConf.create({"num_workers": -1}), "cpu")
+
+
+def test_evaluation_workers_end_with_their_inputs():
+    import weakref
+    inputs = B.TokenInputs(features(n=9), 0)
+    loader = weakref.ref(inputs.loader(4, 2, False))
+    list(loader())
+    del inputs
+    assert loader() is None  # no reference cycle: the loader, and its persistent workers, go with the inputs
