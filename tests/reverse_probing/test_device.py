@@ -5,6 +5,7 @@ import torch
 
 from experiments.context import RunContext
 from reverse_probing import run as R
+from reverse_probing import sources as S
 from reverse_probing.documents import prepare
 from reverse_probing.model import ReverseProbe
 from tests.conftest import compose
@@ -38,3 +39,18 @@ def test_the_probe_and_its_inputs_are_on_the_runs_device(phase, tmp_path, monkey
         else:
             R.score(probe.to(ctx.device), [doc], feats, gold_mentions=True)
     assert seen["params"] == {"meta"} and seen["inputs"] == {"meta"}, seen
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_a_probe_and_a_coref_target_build_run_on_cuda(tmp_path, monkeypatch):
+    monkeypatch.setenv("STRATA_CACHE", str(tmp_path / "cache"))
+    cuda = torch.device("cuda")
+    cfg = compose("debug=smoke", "experiment=reverse_probing/smoke", "method.sources=[tiny-bert]",
+                  "method.aggregate=attention")
+    out = R.run(cfg, RunContext(output_dir=tmp_path, device=cuda, device_name="cuda", store_dir=tmp_path / "s"))
+    assert 0 <= out["eval/conll_f1"] <= 100
+    build = compose("debug=smoke", "experiment=reverse_probing/build_coref_cpu", "model=tiny-bert",
+                    "method.save_as=tiny-bert-coref", "method.ffnn_size=16", "method.max_epochs=1")
+    ctx = RunContext(output_dir=tmp_path, device=cuda, device_name="cuda", store_dir=tmp_path / "s2")
+    assert "dev/conll_f1" in S.run(build, ctx) and (tmp_path / "cache" / "models" / "tiny-bert-coref").is_dir()
