@@ -7,9 +7,11 @@
     python -m scripts.hub --unconfirmed        # the entries a refresh with network has not written yet
 
 A dataset entry: revision (what its configs pin), format of its main branch (parquet | json | script: the repo ships
-<name>.py, which datasets 5 refuses, so its configs must pin a revision without it, e.g. refs/convert/parquet, or read
-its files through a packaged builder), gated, licence, and per builder config its splits (num_rows) and features
-(datasets.Features.to_dict()). A model entry: revision, gated, licence, model_type, tokenizer class, files, the
+<name>.py, which datasets 5 refuses, so its configs must pin a revision without it, e.g. refs/convert/parquet, or
+read its files through a packaged builder), gated, licence, and per builder config its splits (num_rows) and
+features (datasets.Features.to_dict()). A task reads a script repo's export with hf.revision (and hf.data_dir:
+<config>, the export's folder of that config, where the repo has several), or the repo's own files with
+hf.data_files + hf.builder. A model entry: revision, gated, licence, model_type, tokenizer class, files, the
 config.json dtype, the dtype its weights are stored in, add_prefix_space, the extras its tokenizer needs and the
 architecture fields. `confirmed: false` marks facts transcribed from public hub pages, not read by a refresh.
 """
@@ -65,6 +67,14 @@ def _sweep_configs(exp: dict) -> set[str]:
     return {c.strip() for v in values.split(",") for c in v.split("+") if c.strip()}
 
 
+def _override(exp: dict, group: str) -> str | None:
+    """The option an experiment's defaults list picks for `group` (`- override /task: xnli`), None if it picks none."""
+    for item in exp.get("defaults") or []:
+        if isinstance(item, dict) and f"override /{group}" in item:
+            return str(item[f"override /{group}"])
+    return None
+
+
 def config_ids(conf: Path = CONF) -> dict[str, dict]:
     """{"datasets": {hf path: {"configs": set of builder configs, "tasks": [task names]}}, "models": {hf id: [model
     names]}}: every id conf/task, conf/model and the experiments' hub_configs name."""
@@ -80,9 +90,7 @@ def config_ids(conf: Path = CONF) -> dict[str, dict]:
     for path in sorted((conf / "experiment").rglob("*.yaml")):
         exp = _yaml(path)
         extra = _sweep_configs(exp)
-        task = next((str(d).split(":", 1)[1].strip() for d in exp.get("defaults") or []
-                     if isinstance(d, dict) for d in [f"{next(iter(d))}:{next(iter(d.values()))}"]
-                     if d.startswith("override /task:")), None)
+        task = _override(exp, "task")
         if extra and task in tasks:
             datasets[tasks[task]]["configs"] |= extra
     models: dict[str, list[str]] = {}
