@@ -59,6 +59,9 @@ test-slow: assets ## only the slow tests
 smoke: setup ## every smoke* sweep on tiny random models and the fixtures, every job rerun (1.5-2 min on 2 cores)
 	$(PY) -m scripts.tier --smoke $(PAPERS)
 
+dryrun: setup ## the GPU tiers' first job of every code path, on CPU with tiny hub-shaped models and data (no assets)
+	STRATA_DRYRUN=all $(PY) -m pytest $(PYTEST_PARALLEL) -m dryrun tests/dryrun
+
 reproduce: assets ## the default (CPU) tier of every implemented paper, then results/REPORT.md
 	@i=0; for p in $(PAPERS); do i=$$((i+1)); \
 	  echo "== reproduce $$i/$(words $(PAPERS)): $$p-cpu  (elapsed $$((SECONDS / 60)) min)"; \

@@ -1,0 +1,120 @@
+"""Session fixtures of the dry run: hub-shaped data (the committed tests/fixtures/hub rows, checked against the hub
+manifest's features and split names, repeated to ~30 rows a split) served through `datasets.load_dataset`, and one
+directory of hub-shaped tiny models (tests/helpers/hub_models.py) shared by every job."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import datasets
+import pytest
+import yaml
+
+from tests.conftest import REPO
+
+FIXTURES = REPO / "tests" / "fixtures" / "hub"
+MANIFEST = REPO / "conf" / "hub_manifest.yaml"
+ROWS = 30  # per split: enough for a job's n_eval / k / few-shot draws at their shrunk sizes
+_real_load_dataset = datasets.load_dataset
+BUILDERS = ("json", "csv", "parquet", "text", "arrow")  # packaged builders: local files go to the real loader
+HF_FILES = re.compile(r"hf://datasets/([^@/]+/[^@/]+)")  # a hub repo's files, read through a packaged builder
+
+
+def manifest_datasets() -> dict | None:
+    return (yaml.safe_load(MANIFEST.read_text()) or {}).get("datasets") or {} if MANIFEST.exists() else None
+
+
+def fixture_file(path: str, name: str | None) -> Path:
+    return FIXTURES / (path.replace("/", "--") + (f"--{name}" if name else "") + ".json")
+
+
+def hub_config(path: str, name: str | None) -> dict | None:
+    """The manifest's entry for one builder config (None: no manifest in this checkout); a dataset or config the
+    manifest does not list fails, as no run could load it."""
+    sets = manifest_datasets()
+    if sets is None:
+        return None
+    if path not in sets:
+        pytest.fail(f"hub dataset {path} is not in {MANIFEST.relative_to(REPO)}: add it (datasets: {path}: ...)")
+    configs = sets[path].get("configs") or {}
+    # no name: the hub's default, "default" or the only config there is (datasets loads that one)
+    entry = configs.get(name) if name else configs.get("default") or (
+        next(iter(configs.values())) if len(configs) == 1 else None)
+    if entry is None:
+        pytest.fail(f"hub dataset {path} has no config {name or 'default'!r} in {MANIFEST.relative_to(REPO)} "
+                    f"(listed: {', '.join(configs) or 'none'}); a run loading it would fail on the hub")
+    return entry
+
+
+def donor(path: str, name: str | None) -> Path:
+    """The fixture file whose rows serve (path, name): its own, else one config of the same dataset whose features
+    the manifest says are the same (XNLI's and WikiANN's languages share one schema)."""
+    own = fixture_file(path, name)
+    if own.exists():
+        return own
+    want = (hub_config(path, name) or {}).get("features")
+    for other in sorted(FIXTURES.glob(path.replace("/", "--") + "--*.json")):
+        doc = json.loads(other.read_text())
+        if want is not None and want == doc["features"]:
+            return other
+    pytest.fail(f"no offline copy of hub dataset {path} ({name}): write {own.relative_to(REPO)} in its hub schema "
+                "(tests/fixtures/hub has examples), or list the config in the hub manifest with the same features "
+                "as a config that has one")
+
+
+def check_schema(path: str, name: str | None, doc: dict) -> None:
+    """The fixture's features and split names are the hub's, as the manifest records them: a drift fails here."""
+    entry = hub_config(path, name)
+    if entry is None:
+        return
+    if entry.get("features") is not None:
+        assert doc["features"] == entry["features"], \
+            f"{path} ({name}): fixture features {doc['features']} differ from the hub manifest's {entry['features']}"
+    if entry.get("splits"):
+        assert set(doc["splits"]) == set(entry["splits"]), \
+            f"{path} ({name}): fixture splits {sorted(doc['splits'])} are not the hub's {sorted(entry['splits'])}"
+
+
+def hub_dataset(path: str, name: str | None) -> datasets.DatasetDict:
+    doc = json.loads(donor(path, name).read_text())
+    check_schema(path, name, doc)
+    features = datasets.Features.from_dict(doc["features"])
+    return datasets.DatasetDict({s: datasets.Dataset.from_list([rows[i % len(rows)] for i in range(ROWS)],
+                                                               features=features)
+                                 for s, rows in doc["splits"].items()})
+
+
+@pytest.fixture(scope="session")
+def hub_data():
+    """`datasets.load_dataset` as the hub would answer a run, from the fixtures (built once per dataset config)."""
+    cache: dict = {}
+
+    def load_dataset(path, name=None, split=None, **kwargs):
+        files = kwargs.get("data_files")
+        repo = HF_FILES.match(str(next(iter(files.values())))) if isinstance(files, dict) and files else None
+        if path in BUILDERS and repo is None:  # local files: the real loader
+            return _real_load_dataset(path, name, split=split, **kwargs)
+        key = (repo.group(1), None) if repo else (path, name)
+        if key not in cache:
+            cache[key] = hub_dataset(*key)
+        dd = cache[key]
+        if repo:  # a hub repo's own files read by a packaged builder: one file per split, named by the run
+            missing = sorted(set(files) - set(dd))
+            assert not missing, f"{key[0]}: data_files name splits {missing} the hub repo does not have ({list(dd)})"
+            dd = datasets.DatasetDict({s: dd[s] for s in files})
+        if split is None:
+            return dd
+        if split not in dd:  # the message datasets gives
+            raise ValueError(f'Unknown split "{split}". Should be one of {list(dd)}.')
+        return dd[split]
+    mp = pytest.MonkeyPatch()
+    mp.setattr(datasets, "load_dataset", load_dataset)
+    yield load_dataset
+    mp.undo()
+
+
+@pytest.fixture(scope="session")
+def model_root(tmp_path_factory) -> Path:
+    """Where the hub-shaped tiny models are written, once per session (each on first use)."""
+    return tmp_path_factory.mktemp("hub-models")

@@ -1,0 +1,189 @@
+"""What the paper-tier dry run walks: every job a GPU tier launches (`scripts.tier.experiments(paper, "gpu",
+hub=True)`, each grid expanded as Hydra's basic sweeper does), keyed by the code path it takes (model family,
+tokenizer class, task, method and its variant, precision); the first job of each key is run. `shrink` adds what makes
+that job fit a tiny model on ~30-row fixtures in seconds without changing which code runs (steps, sizes, layer
+indices); the precision and every other setting stay the experiment's."""
+from __future__ import annotations
+
+import functools
+import itertools
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from hydra import compose as hydra_compose
+from hydra import initialize_config_dir
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import DictConfig, open_dict
+
+import experiments.registry  # noqa: F401  (registers the schemas before any compose)
+from scripts import tier
+
+REPO = Path(__file__).resolve().parents[2]
+CONF = REPO / "conf"
+# what the GPU tier runs on: precision stays the experiment's (bf16/fp16 autocast runs on CPU too)
+HARDWARE = ("hardware=gpu", "hardware.device=cpu", "hardware.threads=1", "hardware.num_workers=0")
+KEY_FIELDS = ("family", "tokenizer", "task", "method", "variant", "precision")
+
+
+def papers() -> list[str]:
+    """The implemented papers, as the Makefile lists them (the papers `make <paper>` runs)."""
+    line = next(x for x in (REPO / "Makefile").read_text().splitlines() if x.startswith("PAPERS"))
+    return line.split(":=", 1)[1].split()
+
+
+@functools.lru_cache(maxsize=None)
+def group_yaml(group: str, name: str) -> dict:
+    return yaml.safe_load((CONF / group / f"{name}.yaml").read_text()) or {}
+
+
+@functools.lru_cache(maxsize=1)
+def manifest_models() -> dict:
+    path = CONF / "hub_manifest.yaml"
+    return (yaml.safe_load(path.read_text()) or {}).get("models") or {} if path.exists() else {}
+
+
+def tokenizer_class(model: str) -> str:
+    """The tokenizer class the hub repo names (the manifest), else the family's (a model the manifest lacks)."""
+    m = group_yaml("model", model)
+    hub = manifest_models().get(m.get("hf_id")) or {}
+    return hub.get("tokenizer_class") or f"{m.get('family', 'bert')}:{m.get('source', 'offline')}"
+
+
+def compose_job(exp: str, *overrides: str, hydra_node: bool = False) -> DictConfig:
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+            cfg = hydra_compose(config_name="config", overrides=[f"experiment={exp}", *overrides],
+                                return_hydra_config=hydra_node)
+    finally:
+        GlobalHydra.instance().clear()
+    return cfg
+
+
+def grid(exp: str) -> tuple[DictConfig, list[list[str]]]:
+    """(the experiment's base config, its sweep's jobs as override lists)."""
+    cfg = compose_job(exp, hydra_node=True)
+    params = cfg.hydra.sweeper.params or {}
+    with open_dict(cfg):
+        del cfg["hydra"]
+    parsed = OverridesParser.create().parse_overrides([f"{k}={v}" for k, v in params.items()])
+    return cfg, list(itertools.chain.from_iterable(BasicSweeper.split_arguments(parsed, None))) or [[]]
+
+
+def variant(method: str, value) -> str:
+    """A variant that only sets a size names one path: icl-5 and icl-10 run the same code (icl-0 does not)."""
+    v = str(value)
+    return re.sub(r"-[1-9]\d*$", "-k", v) if method == "intrinsic_dim" else v
+
+
+@dataclass(frozen=True)
+class Job:
+    exp: str
+    overrides: tuple[str, ...]
+    key: tuple[str, ...]
+    model: str
+    task: str
+    method: str
+    n_same: int = 1  # the jobs of the whole walk that share this key
+    others: tuple[str, ...] = field(default=(), compare=False)  # the other experiments that reach this key
+
+    @property
+    def id(self) -> str:
+        return f"{self.exp}[{','.join(self.key[2:])}/{self.model}]"
+
+
+def walk(names: list[str] | None = None) -> tuple[list[Job], dict[str, dict]]:
+    """(the first job of every key, in tier order; per experiment: its jobs and keys). `names` restricts to those
+    experiments (paper/name)."""
+    first: dict[tuple, Job] = {}
+    count: dict[tuple, int] = {}
+    reach: dict[tuple, set] = {}
+    per: dict[str, dict] = {}
+    for paper in papers():
+        for name in tier.experiments(paper, "gpu", hub=True):
+            exp = f"{paper}/{name}"
+            if names is not None and exp not in names:
+                continue
+            base, jobs = grid(exp)
+            methods: dict[str, DictConfig] = {}
+            keys = set()
+            for job in jobs:
+                choice = {o.key_or_group: o.value() for o in OverridesParser.create().parse_overrides(job)}
+                m = choice.get("method", base.method.name)
+                if m != base.method.name and m not in methods:  # a method choice brings its own defaults
+                    methods[m] = compose_job(exp, f"method={m}")
+                cfg = methods.get(m, base)
+                model, task = choice.get("model", cfg.model.name), choice.get("task", cfg.task.name)
+                method_cfg = cfg.method
+                v = choice.get("method.variant", method_cfg.get("variant"))
+                if m == "layer_fusion":  # protocol and regime choose the training path; fusion the module
+                    v = "/".join(str(choice.get(f"method.{k}", method_cfg.get(k))) for k in ("protocol", "regime"))
+                key = (group_yaml("model", model).get("family", "bert"), tokenizer_class(model), task, m,
+                       variant(m, v), str(choice.get("hardware.precision", cfg.hardware.precision)))
+                keys.add(key)
+                count[key] = count.get(key, 0) + 1
+                reach.setdefault(key, set()).add(exp)
+                if key not in first:
+                    first[key] = Job(exp, tuple(job), key, model, task, m)
+            per[exp] = {"jobs": len(jobs), "keys": keys}
+    out = [Job(j.exp, j.overrides, j.key, j.model, j.task, j.method, count[k], tuple(sorted(reach[k] - {j.exp})))
+           for k, j in first.items()]
+    return out, per
+
+
+# per method: what fits the tiny fixture model and ~30-row data (the smoke settings of conf/debug/method where they
+# exist); never a precision, a split or a task setting
+SHRINK = {
+    "eat": ["method.exit_layer=1", "method.patience_layer=1", "method.prune_after=[1]", "method.window=4"],
+    "eat_bench": ["method.exit_layer=1", "method.patience_layer=1", "method.prune_after=[1]", "method.window=4",
+                  "method.n_latency=4", "method.warmup=1", "method.n_dev_latency=4", "method.batch_size=4",
+                  "method.throughput_rounds=1", "method.bootstrap=20", "method.n_long=4", "method.repeats=1",
+                  "method.lengths=[32]"],
+    "intrinsic_dim": ["method.n_train=16", "method.n_eval=8", "method.mle_ks=[3]", "method.sft_epochs=1",
+                      "method.sft_batch_size=4", "method.batch_size=4"],
+    "layer_fusion": ["method.shots=1", "train.patience=0"],
+    "pema_bench": ["method.steps=1", "method.repeats=2", "method.prepare_repeats=1", "method.memory_rounds=1"],
+    "recycling": ["method.k=1"],  # the layer the cache keeps, within the fixture's 2
+    "recycling_bench": ["method.n_batches=2", "method.batch_size=4", "method.seq_len=16", "method.steps=2",
+                        "method.repeats=1"],
+    "reverse_probing": ["method.ffnn_size=16", "method.feature_size=4", "method.max_epochs=1", "method.min_epochs=1",
+                        "method.docs_per_step=4"],
+}
+COMMON = ["train.max_steps=2", "train.epochs=1", "train.eval_every=2", "train.progress=false",
+          "data.limit_train=24", "data.limit_eval=12", "hardware.batch_size=4", "hardware.eval_batch_size=8",
+          "force=true", "on_error=record", "publish=false"]
+
+
+def sample(jobs: list[Job]) -> list[Job]:
+    """The jobs `make test` runs (the whole walk is `make dryrun`): greedily, the fewest first jobs that together
+    reach every experiment and every value of each key field (every family, tokenizer, task, method variant and
+    precision), most new values first, tier order on ties."""
+    def values(j: Job) -> set:
+        return {("exp", j.exp), *zip(KEY_FIELDS, j.key), ("method", j.key[3], j.key[4])}
+    todo, left, out = set().union(*map(values, jobs)) if jobs else set(), list(jobs), []
+    while todo:
+        best = max(left, key=lambda j: len(values(j) & todo))
+        out.append(best)
+        left.remove(best)
+        todo -= values(best)
+    return [j for j in jobs if j in out]
+
+
+def shrink(job: Job) -> list[str]:
+    return [*COMMON, *SHRINK.get(job.method, [])]
+
+
+def coverage(jobs: list[Job], per: dict[str, dict], ran: set[tuple] | None = None) -> str:
+    """The coverage table: per experiment, its jobs, its distinct paths and how many of them the walk runs (a path
+    is run once, by the first experiment that reaches it)."""
+    ran = {j.key for j in jobs} if ran is None else ran
+    lines = [f"{'experiment':<42} {'jobs':>6} {'paths':>6} {'run':>5}"]
+    for exp, d in per.items():
+        lines.append(f"{exp:<42} {d['jobs']:>6} {len(d['keys']):>6} {len(d['keys'] & ran):>5}")
+    present = set().union(*(d["keys"] for d in per.values())) if per else set()
+    lines.append(f"{'total':<42} {sum(d['jobs'] for d in per.values()):>6} {len(present):>6} {len(present & ran):>5}")
+    return "\n".join(lines)

@@ -1,0 +1,193 @@
+"""The paper-tier dry run (`make dryrun`): the first job of every code path a GPU tier launches (tests/dryrun/jobs.py)
+runs end to end on CPU: composed as the tier composes it (`hardware=gpu hardware.device=cpu`, the experiment's own
+precision under autocast), on hub-shaped data (tests/dryrun/conftest.py) and hub-shaped tiny models
+(tests/helpers/hub_models.py), shrunk to a step or two. Each must write an ok record with finite metrics; what the
+hub layouts get wrong without an error is asserted too: a byte-level BPE tokenizer must mark each pre-split word of
+an NER task as a new word, and a checkpoint loaded without an explicit dtype must come back fp32.
+
+    make dryrun                                       # every path (STRATA_DRYRUN=all); prints the coverage table
+    python -m pytest tests/dryrun                     # a sample reaching every experiment, family, tokenizer, task,
+                                                      # method variant and precision (what `make test` runs)
+"""
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from _pytest.mark.expression import Expression
+from transformers import PreTrainedModel
+from transformers.tokenization_utils_base import PreTrainedTokenizerBase
+
+from experiments.assets import write_manifest
+from experiments.run import execute
+from tests.dryrun import jobs as J
+
+pytestmark = [pytest.mark.dryrun, pytest.mark.slow]  # minutes in all: `make test-unit` leaves it out
+RESULTS: dict[tuple, str] = {}  # key -> ok | failed: ..., for the coverage table
+
+# jobs expected to fail, by a substring of their id; strict, so a fix turns them red until its line is removed.
+# BUGS: a bug in the code the job runs. LIMITS: what a tiny random fixture cannot stand in for.
+BUGS: dict[str, str] = {}
+LIMITS: dict[str, str] = {}
+
+
+def known(job: J.Job) -> str | None:
+    for pattern, reason in {**BUGS, **LIMITS}.items():
+        if pattern in job.id:
+            return reason
+    return None
+
+
+def model_overrides(job: J.Job, root: Path, cache: Path) -> list[str]:
+    """Overrides that point the job's model at its hub-shaped tiny fixture: a hub model through model.local_dir, a
+    packaged (offline) one as an asset directory in the session's own asset cache."""
+    from tests.helpers.hub_models import hub_model_overrides, save_hub_model
+
+    conf = J.group_yaml("model", job.model)
+    if conf.get("source") == "hub":
+        if not conf.get("hf_id"):
+            pytest.fail(f"model={job.model} is source=hub with no hf_id: the tier cannot load it")
+        out = hub_model_overrides(job.model, root)
+    elif conf.get("source") == "offline":
+        asset = cache / "models" / conf["offline"]
+        if not (asset / "MANIFEST.json").exists():
+            if not conf.get("hf_id"):
+                pytest.skip(f"model={job.model} is an asset the tier's build_* experiment writes; no hub layout")
+            shutil.copytree(save_hub_model(conf["hf_id"], root), asset, dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns(".complete"))
+            write_manifest(asset)
+        out = [f"model={job.model}", "model.hidden_size=32", "model.num_layers=2"]
+    else:
+        out = [f"model={job.model}"]
+    return [o for o in out if not (o.startswith("model=") and any(x.startswith("model=") for x in job.overrides))]
+
+
+def data_overrides(job: J.Job) -> list[str]:
+    """A packaged task reads its committed fixture; a hub task reads the hub-shaped one through load_dataset."""
+    return [] if J.group_yaml("task", job.task).get("source") == "hub" else ["data.source=fixture"]
+
+
+def byte_bpe(tok) -> bool:
+    """A byte-level BPE tokenizer with word-initial pieces (RoBERTa's, GPT-2's): a space is part of the next word."""
+    backend = getattr(tok, "backend_tokenizer", None)
+    if backend is None or "ByteLevel" not in json.dumps(json.loads(backend.to_str()).get("pre_tokenizer")):
+        return False
+    return any(len(p) > 1 and p.startswith("Ġ") for p in tok.get_vocab())
+
+
+class Spy:
+    """What the run's own code asked of the libraries: pre-split encodings (with their tokenizer) are kept; a model
+    loaded without an explicit dtype whose parameters are not fp32 fails the load."""
+
+    def __init__(self, mp: pytest.MonkeyPatch):
+        self.split_words: list[tuple] = []
+        call, load = PreTrainedTokenizerBase.__call__, PreTrainedModel.from_pretrained.__func__
+        spy = self
+
+        def tokenize(tok, text=None, *args, **kwargs):
+            enc = call(tok, text, *args, **kwargs)
+            if kwargs.get("is_split_into_words") and len(spy.split_words) < 4:
+                spy.split_words.append((tok, text, enc))
+            return enc
+
+        def from_pretrained(cls, *args, **kwargs):
+            model = load(cls, *args, **kwargs)
+            dtype = kwargs.get("dtype", kwargs.get("torch_dtype"))
+            kept = {p.dtype for p in model.parameters() if p.is_floating_point()} - {torch.float32}
+            if dtype in (None, "auto") and kept:  # fails the run here, before training on half-precision weights
+                raise AssertionError(f"{cls.__name__}.from_pretrained without a dtype loaded {sorted(map(str, kept))} "
+                                     "parameters: fp32 master weights expected (the checkpoint's own dtype was kept)")
+            return model
+        mp.setattr(PreTrainedTokenizerBase, "__call__", tokenize)
+        mp.setattr(PreTrainedModel, "from_pretrained", classmethod(from_pretrained))
+
+    def unmarked_words(self) -> list[str]:
+        """Words after the first whose first piece lacks the byte-level BPE word-boundary marker (Ġ)."""
+        bad = []
+        for tok, text, enc in self.split_words:
+            if not byte_bpe(tok):
+                continue
+            batch = text if text and isinstance(text[0], list) else [text]
+            for i, words in enumerate(batch):
+                pieces = tok.convert_ids_to_tokens(enc["input_ids"][i] if len(batch) > 1 or
+                                                   isinstance(enc["input_ids"][0], list) else enc["input_ids"])
+                seen = set()
+                for piece, w in zip(pieces, enc.word_ids(i)):
+                    if w is not None and w > 0 and w not in seen:
+                        seen.add(w)
+                        if not piece.startswith("Ġ"):
+                            bad.append(f"{words[w]!r} -> {piece!r}")
+        return bad
+
+
+@pytest.fixture(scope="session")
+def asset_cache(tmp_path_factory):
+    mp = pytest.MonkeyPatch()
+    cache = tmp_path_factory.mktemp("strata-cache")
+    mp.setenv("STRATA_CACHE", str(cache))
+    yield cache
+    mp.undo()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def coverage_table(request):
+    yield
+    if not RESULTS:
+        return
+    JOBS, PER_EXPERIMENT = walked()
+    present = set().union(*(d["keys"] for d in PER_EXPERIMENT.values()))
+    ok = {k for k, v in RESULTS.items() if v == "ok"}
+    lines = [J.coverage(JOBS, PER_EXPERIMENT, ok), f"walked {len(RESULTS)} of {len(JOBS)} first jobs; "
+             f"{len(ok)} of {len(present)} distinct paths ran ok"]
+    lines += [f"  {k}: {v}" for k, v in sorted(RESULTS.items()) if v != "ok"]
+    out = J.REPO / "outputs" / "dryrun"
+    out.mkdir(parents=True, exist_ok=True)
+    name = f"coverage-{getattr(request.config, 'workerinput', {}).get('workerid', 'main')}.txt"
+    (out / name).write_text("\n".join(lines) + "\n")
+    print("\n" + "\n".join(lines))
+
+
+@functools.lru_cache(maxsize=1)
+def walked() -> tuple[list[J.Job], dict]:
+    return J.walk()
+
+
+def selected(config) -> bool:
+    """Whether -m can select these tests: the walk composes every experiment (~30 s), not worth it when they are
+    deselected (`make test-unit`)."""
+    expr = config.getoption("markexpr")
+    return not expr or Expression.compile(expr).evaluate(lambda name: name in ("dryrun", "slow"))
+
+
+def pytest_generate_tests(metafunc):
+    if "job" in metafunc.fixturenames:
+        jobs = walked()[0] if selected(metafunc.config) else []
+        jobs = jobs if os.environ.get("STRATA_DRYRUN") == "all" else J.sample(jobs)
+        metafunc.parametrize("job", [pytest.param(j, id=j.id, marks=[pytest.mark.xfail(strict=True, reason=r)]
+                                                  if (r := known(j)) else []) for j in jobs])
+
+
+def test_first_job_of_each_path_runs_end_to_end(job, hub_data, model_root, asset_cache, tmp_path, monkeypatch):
+    monkeypatch.setattr("experiments.run.git_dirty", lambda: False)
+    RESULTS[job.key] = "not run"
+    overrides = [*job.overrides, *J.HARDWARE, *model_overrides(job, model_root, asset_cache), *data_overrides(job),
+                 *J.shrink(job), f"results_dir={tmp_path / 'results'}", f"store.dir={tmp_path / 'store'}"]
+    cfg = J.compose_job(job.exp, *overrides)
+    spy = Spy(monkeypatch)
+    rec = execute(cfg, tmp_path / "run", overrides=list(job.overrides))
+    RESULTS[job.key] = "ok" if rec["status"] == "ok" else f"failed: {rec.get('error', '')[:200]}"
+    assert rec["status"] == "ok", f"{job.id}: {rec.get('error')}\n{rec.get('traceback', '')[-3000:]}"
+    assert json.loads((tmp_path / "run" / "result.json").read_text())["status"] == "ok"
+    bad = {k: v for k, v in rec["metrics"].items() if not math.isfinite(v)}
+    assert rec["metrics"] and not bad, f"{job.id}: no metrics or non-finite ones: {bad or rec['metrics']}"
+    if cfg.task.type == "ner":
+        unmarked = spy.unmarked_words()
+        assert not unmarked, (f"{job.id}: pre-split words encoded without the word-boundary marker (add_prefix_space "
+                              f"is off): {unmarked[:4]}")
+    RESULTS[job.key] = "ok"
