@@ -1,5 +1,6 @@
 """experiments/batches.py: the DataLoader path yields the very tensors, in the very order, that the in-process
-batching (experiments.data's epoch_order and collate, the padded slices evaluation reads) does, with and without workers."""
+batching (experiments.data's epoch_order and collate, the padded slices evaluation reads) does, with and without
+workers."""
 import random
 
 import datasets
