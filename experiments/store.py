@@ -359,8 +359,9 @@ def _hooks_match(model: torch.nn.Module, blocks: torch.nn.ModuleList, kwargs: di
     keeps the full extraction (correct, only larger)."""
     cls = type(model)
     if cls not in _HOOKS_MATCH:
-        one = {k: v[:1, : int(kwargs["attention_mask"][0].sum())] for k, v in kwargs.items()}
-        full = model(**one, output_hidden_states=True)
+        one = {k: v[:1, : int(kwargs["attention_mask"][0].sum())] if torch.is_tensor(v) else v
+               for k, v in kwargs.items()}
+        full = model(**{k: v for k, v in one.items() if k != "use_cache"}, output_hidden_states=True)
         full = full.hidden_states if hasattr(full, "hidden_states") else full["hidden_states"]
         hooked = _hooked_forward(model, blocks, one, range(len(full)), None)
         ok = len(full) == len(blocks) + 1 and all(torch.equal(full[k], hooked[k]) for k in range(len(full)))
@@ -387,6 +388,8 @@ def selected_states(model: torch.nn.Module, examples: Sequence[dict], idxs: Sequ
             for pos in token_batches(lengths, batch_size, token_budget):
                 bidx = [idxs[p] for p in pos]
                 kwargs, lens = _collate(examples, bidx, device)
+                if getattr(getattr(model, "config", None), "use_cache", None) is not None:
+                    kwargs["use_cache"] = False  # a decoder's KV cache of every layer (~1.6 MB a token at 13B) unused
                 want = sorted({k for i in bidx for k in layers[i]})
                 last = torch.as_tensor(lens) - 1 if select == "last" else None
                 if blocks is not None and _hooks_match(model, blocks, kwargs):

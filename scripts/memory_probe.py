@@ -366,8 +366,10 @@ def measure(p: Probe, device: str) -> dict[str, Any]:
     try:
         model = _model(p, device)
         out["param_bytes"] = sum(t.numel() * t.element_size() for t in model.parameters())
-        if cuda:
+        if cuda:  # building random weights can peak above what loading them does: the step's peak starts here
             out["weights_bytes"] = torch.cuda.memory_allocated()
+            out["build_peak_bytes"] = torch.cuda.max_memory_allocated()
+            torch.cuda.reset_peak_memory_stats()
         step(p, model, device)
         out["status"] = "ok"
     except torch.OutOfMemoryError as e:

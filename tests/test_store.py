@@ -675,3 +675,16 @@ def test_token_budget_bounds_each_forward_and_keeps_the_states(tmp_path):
     assert shapes and all(b == 1 or b * t <= 24 for b, t in shapes)
     for i in range(12):
         np.testing.assert_allclose(budgeted[i].numpy(), plain[i].numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_a_decoder_builds_no_kv_cache_while_extracting():
+    model = tiny_llama()
+    caches = []
+    h = model.register_forward_hook(lambda m, a, out: caches.append(out.past_key_values))
+    try:
+        exs = make_examples(3, seed=4)
+        list(store_mod.selected_states(model, exs, [0, 1, 2], {i: [2] for i in range(3)}, "last", 4,
+                                       torch.device("cpu")))
+    finally:
+        h.remove()
+    assert caches and caches[-1] is None  # every layer's keys and values would otherwise be held to the end
