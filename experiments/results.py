@@ -24,7 +24,9 @@ NOT_HASHED_NESTED = (("store", "dir"),)  # the same content wherever the store l
 # keys added to the schema after records were made: null in a config now means what their absence meant then, so
 # leaving them out of the hash while null keeps every earlier record's hash (a record pinning one hashes it)
 NULL_AS_ABSENT = (("model", "local_dir"), ("model", "revision"), ("task", "hf", "revision"),
-                  ("task", "hf", "data_dir"), ("task", "hf", "data_files"), ("task", "hf", "builder"))
+                  ("task", "hf", "data_dir"), ("task", "hf", "data_files"), ("task", "hf", "builder"),
+                  ("method", "extract_token_budget"), ("method", "sft_precision"),
+                  ("method", "sft_gradient_checkpointing"))
 REPO = Path(__file__).resolve().parent.parent
 
 

@@ -58,10 +58,11 @@ class IntrinsicDimConfig(MethodConfig):
     sft_batch_size: int = 16  # [P]
     sft_warmup_ratio: float = 0.1  # [C] linear schedule, HF default AdamW (no weight decay)
     sft_max_length: int = 1024  # [C] max_seq_length
-    sft_precision: str = "hardware"  # ours: hardware (= hardware.precision: fp32 on CPU, bf16 autocast on GPU),
-    #   fp32 or bf16; fp16 is refused (no loss scaling here)
-    sft_gradient_checkpointing: bool = False  # ours: recompute block activations in backward (same gradients,
-    #   a fraction of the memory; the paper-scale configs turn it on)
+    sft_precision: Optional[str] = None  # ours: None = hardware.precision (fp32 on CPU, bf16 autocast on GPU),
+    #   fp32 or bf16; fp16 is refused (no loss scaling here). None, not a word: a null key leaves the config hash as
+    #   it was before the key existed (experiments.results.NULL_AS_ABSENT)
+    sft_gradient_checkpointing: Optional[bool] = None  # ours: recompute block activations in backward (same
+    #   gradients, a fraction of the memory; the paper-scale configs turn it on); None = off
     sft_group_by_length: bool = True  # ours: length-grouped batches (less padding on CPU); [C] shuffles plainly
     sft_eval_train_n: Optional[int] = None  # ours: cap on train prompts measured per checkpoint (None = all n_train)
     checkpoint_dir: Optional[str] = None  # ours: LoRA checkpoint cache (default: <store dir>/../lora-checkpoints)

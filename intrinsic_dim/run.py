@@ -225,7 +225,7 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
                          "(the label tokens only)")
     if m.store_dtype not in STORE_DTYPES:
         raise ValueError(f"method.store_dtype={m.store_dtype!r}; valid: {', '.join(STORE_DTYPES)}")
-    precision = cfg.hardware.precision if m.sft_precision == "hardware" else m.sft_precision
+    precision = cfg.hardware.precision if m.sft_precision in (None, "hardware") else m.sft_precision
     if paradigm == "sft" and precision not in ("fp32", "bf16"):
         raise ValueError(f"method.sft_precision={m.sft_precision!r} gives {precision!r}; valid: hardware (fp32 or "
                          "bf16 there), fp32, bf16 (fp16 has no loss scaling here)")
@@ -316,7 +316,7 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
                              warmup_ratio=m.sft_warmup_ratio, seed=cfg.seed, device=ctx.device,
                              pad_id=tok.pad_token_id, group_by_length=m.sft_group_by_length, on_epoch=on_epoch,
                              log=log.info, prompt_lens=prompt_lens, log_metrics=ctx.sink, precision=precision,
-                             gradient_checkpointing=m.sft_gradient_checkpointing)
+                             gradient_checkpointing=bool(m.sft_gradient_checkpointing))
             write_json(ckpt_dir / "train.json", timing)
         ctx.extra.update(checkpoints=checkpoints, prompt_examples=[P.combined(pool[0]), splits["eval"][0][0]],
                          checkpoint_dir=str(ckpt_dir), sft_steps_per_epoch=steps_per_epoch)

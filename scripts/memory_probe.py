@@ -156,7 +156,7 @@ def spec(cfg, exp: str) -> Probe | None:
             for k in ("r", "alpha", "targets") if f"lora_{k}" in m}
     if m.name == "intrinsic_dim":
         if m.variant == "sft":
-            precision = cfg.hardware.precision if m.sft_precision == "hardware" else m.sft_precision
+            precision = cfg.hardware.precision if m.sft_precision in (None, "hardware") else m.sft_precision
             return Probe(**base, mode="lora_sft", batch=m.sft_batch_size, length=min(m.sft_max_length, context),
                          precision=precision, checkpointing=bool(m.sft_gradient_checkpointing), lora=lora,
                          why="method.sft_batch_size x method.sft_max_length (the truncation bound)")
