@@ -4,7 +4,9 @@ directory of hub-shaped tiny models (tests/helpers/hub_models.py) shared by ever
 from __future__ import annotations
 
 import json
+import os
 import re
+import uuid
 from pathlib import Path
 
 import datasets
@@ -76,13 +78,21 @@ def check_schema(path: str, name: str | None, doc: dict) -> None:
             f"{path} ({name}): fixture splits {sorted(doc['splits'])} are not the hub's {sorted(entry['splits'])}"
 
 
+def copy_row(row: dict, n: int) -> dict:
+    """The n-th copy of a fixture row, its free text (a string with a space) ending in a number: distinct examples
+    (duplicates make distances 0 and correlations undefined); labels, ids, tag sequences and answer offsets kept."""
+    if n == 0:
+        return row
+    return {k: f"{v} {n}" if isinstance(v, str) and " " in v else v for k, v in row.items()}
+
+
 def hub_dataset(path: str, name: str | None) -> datasets.DatasetDict:
     doc = json.loads(donor(path, name).read_text())
     check_schema(path, name, doc)
     features = datasets.Features.from_dict(doc["features"])
-    return datasets.DatasetDict({s: datasets.Dataset.from_list([rows[i % len(rows)] for i in range(ROWS)],
-                                                               features=features)
-                                 for s, rows in doc["splits"].items()})
+    return datasets.DatasetDict({s: datasets.Dataset.from_list(
+        [copy_row(rows[i % len(rows)], i // len(rows)) for i in range(ROWS)], features=features)
+        for s, rows in doc["splits"].items()})
 
 
 @pytest.fixture(scope="session")
@@ -118,3 +128,26 @@ def hub_data():
 def model_root(tmp_path_factory) -> Path:
     """Where the hub-shaped tiny models are written, once per session (each on first use)."""
     return tmp_path_factory.mktemp("hub-models")
+
+
+def pytest_configure(config):
+    if not hasattr(config, "workerinput"):  # the main process names the session; xdist workers inherit it
+        os.environ["STRATA_DRYRUN_SESSION"] = uuid.uuid4().hex[:12]
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    """Merge the processes' outcomes into one coverage table: printed, and saved as outputs/dryrun/coverage.txt."""
+    from tests.dryrun.jobs import coverage
+
+    if hasattr(config, "workerinput"):
+        return
+    folder = REPO / "outputs" / "dryrun" / os.environ.get("STRATA_DRYRUN_SESSION", "session")
+    docs = [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
+    if not docs:
+        return
+    results = {k: v for d in docs for k, v in d["results"].items()}
+    table = coverage(docs[0]["per"], results, {k: v for d in docs for k, v in d["known"].items()}, docs[0]["walked"])
+    (folder.parent / "coverage.txt").write_text(table + "\n")
+    terminalreporter.section("paper-tier dry run: coverage")
+    for line in [*table.splitlines(), f"(saved: {(folder.parent / 'coverage.txt').relative_to(REPO)})"]:
+        terminalreporter.write_line(line)

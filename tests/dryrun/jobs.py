@@ -160,10 +160,14 @@ COMMON = ["train.max_steps=2", "train.epochs=1", "train.eval_every=2", "train.pr
 
 def sample(jobs: list[Job]) -> list[Job]:
     """The jobs `make test` runs (the whole walk is `make dryrun`): greedily, the fewest first jobs that together
-    reach every experiment and every value of each key field (every family, tokenizer, task, method variant and
+    reach every experiment, every value of each key field (every family, tokenizer, task, method variant and
+    precision) and the pairs where loaders and precision meet (tokenizer x task type, task x precision, family x
     precision), most new values first, tier order on ties."""
     def values(j: Job) -> set:
-        return {("exp", j.exp), *zip(KEY_FIELDS, j.key), ("method", j.key[3], j.key[4])}
+        family, tok, task, method, var, precision = j.key
+        return {("exp", j.exp), *zip(KEY_FIELDS, j.key), ("method", method, var),
+                ("tokenizer x type", tok, group_yaml("task", task).get("type")), ("task x precision", task, precision),
+                ("family x precision", family, precision)}
     todo, left, out = set().union(*map(values, jobs)) if jobs else set(), list(jobs), []
     while todo:
         best = max(left, key=lambda j: len(values(j) & todo))
@@ -173,17 +177,38 @@ def sample(jobs: list[Job]) -> list[Job]:
     return [j for j in jobs if j in out]
 
 
+def fit_layers(cfg: DictConfig, n: int) -> DictConfig:
+    """Layer indices a paper config names per source (interpolated, so no override can reach them), capped at the
+    fixture's n layers."""
+    m = cfg.method
+    if m.name == "reverse_probing":
+        if m.get("trunc"):
+            m.trunc = [min(int(v), n) for v in m.trunc]
+        if m.get("concat_n"):
+            m.concat_n = min(int(m.concat_n), n)
+    return cfg
+
+
 def shrink(job: Job) -> list[str]:
     return [*COMMON, *SHRINK.get(job.method, [])]
 
 
-def coverage(jobs: list[Job], per: dict[str, dict], ran: set[tuple] | None = None) -> str:
-    """The coverage table: per experiment, its jobs, its distinct paths and how many of them the walk runs (a path
-    is run once, by the first experiment that reaches it)."""
-    ran = {j.key for j in jobs} if ran is None else ran
-    lines = [f"{'experiment':<42} {'jobs':>6} {'paths':>6} {'run':>5}"]
+def coverage(per: dict[str, dict], results: dict[str, str], known: dict[str, str], walked: int) -> str:
+    """The coverage table: per experiment and per paper, its jobs, its distinct paths (keys) and how many of them
+    ran ok here (a path is run once, by the first experiment that reaches it); then every path that did not."""
+    ok = {k for k, v in results.items() if v == "ok"}
+    lines = [f"{'experiment':<42} {'jobs':>6} {'paths':>6} {'ok':>5}"]
+    papers: dict[str, set] = {}
     for exp, d in per.items():
-        lines.append(f"{exp:<42} {d['jobs']:>6} {len(d['keys']):>6} {len(d['keys'] & ran):>5}")
-    present = set().union(*(d["keys"] for d in per.values())) if per else set()
-    lines.append(f"{'total':<42} {sum(d['jobs'] for d in per.values()):>6} {len(present):>6} {len(present & ran):>5}")
+        keys = set(d["keys"])
+        papers.setdefault(exp.split("/")[0], set()).update(keys)
+        lines.append(f"{exp:<42} {d['jobs']:>6} {len(keys):>6} {len(keys & ok):>5}")
+    for paper, keys in papers.items():
+        lines.append(f"{'paper ' + paper:<42} {sum(d['jobs'] for e, d in per.items() if e.startswith(paper + '/')):>6}"
+                     f" {len(keys):>6} {len(keys & ok):>5}")
+    present = set().union(*papers.values()) if papers else set()
+    lines.append(f"{'total':<42} {sum(d['jobs'] for d in per.values()):>6} {len(present):>6} {len(present & ok):>5}")
+    lines.append(f"walked {len(results)} first jobs of {walked}; {len(ok)} of the {len(present)} distinct paths "
+                 f"(family|tokenizer|task|method|variant|precision) ran ok")
+    lines += [f"  {k}: {'expected: ' + known[k] if k in known else v}" for k, v in sorted(results.items()) if v != "ok"]
     return "\n".join(lines)

@@ -15,6 +15,7 @@ import functools
 import json
 import math
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -31,41 +32,98 @@ from tests.dryrun import jobs as J
 pytestmark = [pytest.mark.dryrun, pytest.mark.slow]  # minutes in all: `make test-unit` leaves it out
 RESULTS: dict[tuple, str] = {}  # key -> ok | failed: ..., for the coverage table
 
-# jobs expected to fail, by a substring of their id; strict, so a fix turns them red until its line is removed.
-# BUGS: a bug in the code the job runs. LIMITS: what a tiny random fixture cannot stand in for.
+# jobs that fail on a bug in the code they run, by a substring of their id: strict, so a fix turns them red until
+# its line is removed
 BUGS: dict[str, str] = {}
-LIMITS: dict[str, str] = {}
+# failures that say the tiny fixture cannot stand in for the real thing (by a pattern of the recorded error): the
+# job is reported as not covered (xfail), never as passed
+LIMITS = {
+    r"LabelTokenCollision": "the fixture tokenizer's few-hundred-piece vocabulary gives two verbalizers one first "
+                            "piece (the hub tokenizers do not)",
+    r"offline asset data/wiki-long": "reads the packaged wiki-long corpus, which has no hub-shaped fixture",
+    r"texts hold only \d+ sequences of 512 tokens": "the 512-token cost workload needs more text than ~30 rows",
+    r"task 'tacred' has no fixture": "TACRED is LDC data: no fixture to stand in for it",
+    r"an asset a build_\* experiment writes: not built here": "reads a source model whose build job is not covered",
+}
+NAN_BY_DESIGN = {"eat/tau": "a dense arm has no exit threshold"}
 
 
 def known(job: J.Job) -> str | None:
-    for pattern, reason in {**BUGS, **LIMITS}.items():
-        if pattern in job.id:
-            return reason
-    return None
+    return next((reason for pattern, reason in BUGS.items() if pattern in job.id), None)
+
+
+def limit(error: str) -> str | None:
+    return next((reason for pattern, reason in LIMITS.items() if re.search(pattern, error)), None)
+
+
+TINY = {"hidden_size": 32, "num_layers": 2}  # the dims of tests/helpers/hub_models.py's fixtures
+ARCHITECTURE_ONLY = {"layer_fusion_params"}  # counts the named models' parameters from their configs: loads none
+
+
+def fixture_fields(name: str, root: Path, cache: Path) -> dict | None:
+    """The model fields that point conf/model/<name> at its hub-shaped tiny fixture: a hub model's through
+    model.local_dir, a packaged (offline) one's as an asset directory in the session's own asset cache; None where
+    there is nothing to copy (no hf_id, or an asset the tier's own build_* experiment writes, not built yet)."""
+    from tests.helpers.hub_models import save_hub_model
+
+    conf = J.group_yaml("model", name)
+    if conf.get("source") == "config":
+        return {}
+    if not conf.get("hf_id"):
+        # an asset a build_* job of this session wrote, from a fixture: it has the fixture's dims
+        return dict(TINY) if (cache / "models" / str(conf.get("offline")) / "MANIFEST.json").exists() else None
+    if conf.get("source") == "hub":
+        return {"local_dir": str(save_hub_model(conf["hf_id"], root)), **TINY}
+    asset = cache / "models" / conf["offline"]
+    if not (asset / "MANIFEST.json").exists():
+        shutil.copytree(save_hub_model(conf["hf_id"], root), asset, dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns(".complete"))
+        write_manifest(asset)
+    return dict(TINY)
 
 
 def model_overrides(job: J.Job, root: Path, cache: Path) -> list[str]:
-    """Overrides that point the job's model at its hub-shaped tiny fixture: a hub model through model.local_dir, a
-    packaged (offline) one as an asset directory in the session's own asset cache."""
-    from tests.helpers.hub_models import hub_model_overrides, save_hub_model
+    """The job's own model on its fixture (hub_model_overrides for a hub model)."""
+    from tests.helpers.hub_models import hub_model_overrides
 
     conf = J.group_yaml("model", job.model)
-    if conf.get("source") == "hub":
-        if not conf.get("hf_id"):
-            pytest.fail(f"model={job.model} is source=hub with no hf_id: the tier cannot load it")
+    if conf.get("source") == "hub" and conf.get("hf_id"):
         out = hub_model_overrides(job.model, root)
-    elif conf.get("source") == "offline":
-        asset = cache / "models" / conf["offline"]
-        if not (asset / "MANIFEST.json").exists():
-            if not conf.get("hf_id"):
-                pytest.skip(f"model={job.model} is an asset the tier's build_* experiment writes; no hub layout")
-            shutil.copytree(save_hub_model(conf["hf_id"], root), asset, dirs_exist_ok=True,
-                            ignore=shutil.ignore_patterns(".complete"))
-            write_manifest(asset)
-        out = [f"model={job.model}", "model.hidden_size=32", "model.num_layers=2"]
     else:
-        out = [f"model={job.model}"]
+        fields = fixture_fields(job.model, root, cache)
+        if fields is None:
+            pytest.skip(f"model={job.model} has no hf_id and no asset yet: nothing to copy a layout from")
+        out = [f"model={job.model}", *(f"model.{k}={v}" for k, v in fields.items())]
     return [o for o in out if not (o.startswith("model=") and any(x.startswith("model=") for x in job.overrides))]
+
+
+def patch_named_models(method: str, root: Path, cache: Path, mp: pytest.MonkeyPatch) -> None:
+    """Models a method loads by name (method.sources, baseline_model, models, reference) go through
+    experiments.config.load_group: wherever the method's modules imported it, it returns the fixture's fields."""
+    import sys
+
+    from experiments import config, registry
+
+    registry.resolve(method)  # imports the method's modules
+    original = config.load_group
+
+    def load_group(group, name, schema, key):
+        node = original(group, name, schema, key)
+        if group != "model":
+            return node
+        fields = fixture_fields(name, root, cache)
+        if fields is None and node.source == "hub":  # what the tier's load would fail on, said plainly
+            raise AssertionError(f"{key} names model={name}, source=hub with no hf_id: nothing to download")
+        if fields is None:
+            raise AssertionError(f"{key} names model={name}, an asset a build_* experiment writes: not built here")
+        for k, v in (fields or {}).items():
+            node[k] = v
+        return node
+    if method in ARCHITECTURE_ONLY:
+        return
+    for module in list(sys.modules.values()):
+        if getattr(module, "load_group", None) is original:
+            mp.setattr(module, "load_group", load_group)
 
 
 def data_overrides(job: J.Job) -> list[str]:
@@ -136,21 +194,19 @@ def asset_cache(tmp_path_factory):
 
 
 @pytest.fixture(scope="session", autouse=True)
-def coverage_table(request):
+def coverage_record(request):
+    """Each process's outcomes, for the coverage table conftest.py prints once at the end of the session."""
     yield
     if not RESULTS:
         return
-    JOBS, PER_EXPERIMENT = walked()
-    present = set().union(*(d["keys"] for d in PER_EXPERIMENT.values()))
-    ok = {k for k, v in RESULTS.items() if v == "ok"}
-    lines = [J.coverage(JOBS, PER_EXPERIMENT, ok), f"walked {len(RESULTS)} of {len(JOBS)} first jobs; "
-             f"{len(ok)} of {len(present)} distinct paths ran ok"]
-    lines += [f"  {k}: {v}" for k, v in sorted(RESULTS.items()) if v != "ok"]
-    out = J.REPO / "outputs" / "dryrun"
+    jobs, per = walked()
+    key = "|".join
+    known_ = {key(j.key): r for j in jobs if (r := known(j))}
+    doc = {"results": {key(k): v for k, v in RESULTS.items()}, "known": known_, "walked": len(jobs),
+           "per": {e: {"jobs": d["jobs"], "keys": sorted(map(key, d["keys"]))} for e, d in per.items()}}
+    out = J.REPO / "outputs" / "dryrun" / os.environ.get("STRATA_DRYRUN_SESSION", "session")
     out.mkdir(parents=True, exist_ok=True)
-    name = f"coverage-{getattr(request.config, 'workerinput', {}).get('workerid', 'main')}.txt"
-    (out / name).write_text("\n".join(lines) + "\n")
-    print("\n" + "\n".join(lines))
+    (out / f"{getattr(request.config, 'workerinput', {}).get('workerid', 'main')}.json").write_text(json.dumps(doc))
 
 
 @functools.lru_cache(maxsize=1)
@@ -178,13 +234,18 @@ def test_first_job_of_each_path_runs_end_to_end(job, hub_data, model_root, asset
     RESULTS[job.key] = "not run"
     overrides = [*job.overrides, *J.HARDWARE, *model_overrides(job, model_root, asset_cache), *data_overrides(job),
                  *J.shrink(job), f"results_dir={tmp_path / 'results'}", f"store.dir={tmp_path / 'store'}"]
-    cfg = J.compose_job(job.exp, *overrides)
+    cfg = J.fit_layers(J.compose_job(job.exp, *overrides), TINY["num_layers"])
+    patch_named_models(cfg.method.name, model_root, asset_cache, monkeypatch)
     spy = Spy(monkeypatch)
     rec = execute(cfg, tmp_path / "run", overrides=list(job.overrides))
-    RESULTS[job.key] = "ok" if rec["status"] == "ok" else f"failed: {rec.get('error', '')[:200]}"
+    RESULTS[job.key] = "ran; a check after the run failed" if rec["status"] == "ok" else \
+        f"failed: {rec.get('error', '')[:200]}"
+    if rec["status"] != "ok" and (why := limit(rec.get("error", ""))):
+        RESULTS[job.key] = f"not covered: {why}"
+        pytest.xfail(f"not covered: {why} ({rec['error'][:160]})")
     assert rec["status"] == "ok", f"{job.id}: {rec.get('error')}\n{rec.get('traceback', '')[-3000:]}"
     assert json.loads((tmp_path / "run" / "result.json").read_text())["status"] == "ok"
-    bad = {k: v for k, v in rec["metrics"].items() if not math.isfinite(v)}
+    bad = {k: v for k, v in rec["metrics"].items() if not math.isfinite(v) and k not in NAN_BY_DESIGN}
     assert rec["metrics"] and not bad, f"{job.id}: no metrics or non-finite ones: {bad or rec['metrics']}"
     if cfg.task.type == "ner":
         unmarked = spy.unmarked_words()
