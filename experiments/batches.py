@@ -64,7 +64,7 @@ def _loader(dataset, num_workers: int, pin_memory: bool, **kw) -> DataLoader:
 
 def train_batches(features: datasets.Dataset, batch_size: int, pad_id: int, seed: int, group_by_length: bool = True,
                   num_workers: int = 0, pin_memory: bool = False):
-    """(epoch -> padded batches, batches per epoch): `experiments.data.train_batches`' batches in its order, from a
+    """(epoch -> padded batches, batches per epoch): the batches of `epoch_order`, padded by `collate`, from a
     DataLoader (pass `**loading(cfg.hardware, device)`). One epoch is iterated at a time."""
     rows = rows_of(features)
     n_batches = -(-len(rows) // batch_size)

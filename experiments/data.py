@@ -332,14 +332,3 @@ def rows_of(features: datasets.Dataset) -> list[dict]:
     """The model features as a list of plain dicts (fast random access while batching)."""
     cols = [c for c in FEATURES if c in features.column_names]
     return [dict(zip(cols, vals)) for vals in zip(*(features[c] for c in cols))]
-
-
-def train_batches(features: datasets.Dataset, batch_size: int, pad_id: int, seed: int, group_by_length: bool = True):
-    """(epoch -> padded batches, batches per epoch); the order comes from `epoch_order`."""
-    rows = rows_of(features)
-    order = epoch_order([len(r["input_ids"]) for r in rows], batch_size, seed, group_by_length)
-
-    def epoch_batches(epoch: int):
-        for chunk in order(epoch):
-            yield collate([rows[j] for j in chunk], pad_id)
-    return epoch_batches, -(-len(rows) // batch_size)

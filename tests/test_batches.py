@@ -91,3 +91,16 @@ def test_evaluation_workers_end_with_their_inputs():
     list(loader())
     del inputs
     assert loader() is None  # no reference cycle: the loader, and its persistent workers, go with the inputs
+
+
+@pytest.mark.parametrize("group", [True, False])
+def test_train_batches_cover_every_row_once_per_epoch_and_reshuffle(group):
+    feats = datasets.Dataset.from_list([{"input_ids": [1] * (1 + i % 7), "labels": i} for i in range(50)])
+    fn, n = B.train_batches(feats, 8, pad_id=0, seed=0, group_by_length=group)
+    e0 = [b["labels"].tolist() for b in fn(0)]
+    assert n == len(e0) == 7 and sorted(sum(e0, [])) == list(range(50))
+    assert e0 != [b["labels"].tolist() for b in fn(1)]  # a new order each epoch
+    assert e0 == [b["labels"].tolist() for b in fn(0)]  # reproducible
+    padding = sum(int((b["input_ids"] == 0).sum()) for b in fn(0))
+    if group:  # sorted within the window: far less padding than a random order
+        assert padding < sum(int((b["input_ids"] == 0).sum()) for b in B.train_batches(feats, 8, 0, 0, False)[0](0))

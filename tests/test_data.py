@@ -167,19 +167,6 @@ def test_pair_encoding_truncates_to_max_length():
     assert len(enc["input_ids"]) == 32 and enc["labels"] == 2 and set(enc["token_type_ids"]) == {0, 1}
 
 
-@pytest.mark.parametrize("group", [True, False])
-def test_train_batches_cover_every_row_once_per_epoch_and_reshuffle(group):
-    feats = datasets.Dataset.from_list([{"input_ids": [1] * (1 + i % 7), "labels": i} for i in range(50)])
-    fn, n = D.train_batches(feats, 8, pad_id=0, seed=0, group_by_length=group)
-    e0 = [b["labels"].tolist() for b in fn(0)]
-    assert n == len(e0) == 7 and sorted(sum(e0, [])) == list(range(50))
-    assert e0 != [b["labels"].tolist() for b in fn(1)]  # a new order each epoch
-    assert e0 == [b["labels"].tolist() for b in fn(0)]  # reproducible
-    padding = sum(int((b["input_ids"] == 0).sum()) for b in fn(0))
-    if group:  # sorted within the window: far less padding than a random order
-        assert padding < sum(int((b["input_ids"] == 0).sum()) for b in D.train_batches(feats, 8, 0, 0, False)[0](0))
-
-
 def test_label_names_shorter_than_the_labels_are_refused_before_training():
     from tests.conftest import compose
     cfg = compose("debug=smoke", "task=vitaminc", "task.label_names=[a,b]")

@@ -8,7 +8,7 @@ import copy
 import pytest
 import torch
 
-from experiments import data as D
+from experiments import batches as B
 from experiments.evaluate import token_inputs
 from experiments.finetune import prepare
 from experiments.train import fit
@@ -22,7 +22,7 @@ TOL = 1e-6
 def finetune(cfg, tok, model, train, evals, pema: bool, tmp_path):
     """What method=finetune does, returning the (merged) model."""
     a = attach(cfg.pema, model, tok, {"train": train, "eval": evals}, tmp_path) if pema else None
-    batches, n = D.train_batches(train, cfg.hardware.batch_size, tok.pad_token_id, cfg.seed, True)
+    batches, n = B.train_batches(train, cfg.hardware.batch_size, tok.pad_token_id, cfg.seed, True)
     torch.manual_seed(cfg.seed)  # dropout masks
     fit(model, batches, n, cfg.train, evaluate=lambda m: {"eval/none": 0.0}, objective="eval/none",
         higher_is_better=True, device=torch.device("cpu"))
