@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import itertools
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -88,8 +88,6 @@ class Job:
     model: str
     task: str
     method: str
-    n_same: int = 1  # the jobs of the whole walk that share this key
-    others: tuple[str, ...] = field(default=(), compare=False)  # the other experiments that reach this key
 
     @property
     def id(self) -> str:
@@ -100,8 +98,6 @@ def walk(names: list[str] | None = None) -> tuple[list[Job], dict[str, dict]]:
     """(the first job of every key, in tier order; per experiment: its jobs and keys). `names` restricts to those
     experiments (paper/name)."""
     first: dict[tuple, Job] = {}
-    count: dict[tuple, int] = {}
-    reach: dict[tuple, set] = {}
     per: dict[str, dict] = {}
     for paper in papers():
         for name in tier.experiments(paper, "gpu", hub=True):
@@ -125,14 +121,10 @@ def walk(names: list[str] | None = None) -> tuple[list[Job], dict[str, dict]]:
                 key = (group_yaml("model", model).get("family", "bert"), tokenizer_class(model), task, m,
                        variant(m, v), str(choice.get("hardware.precision", cfg.hardware.precision)))
                 keys.add(key)
-                count[key] = count.get(key, 0) + 1
-                reach.setdefault(key, set()).add(exp)
                 if key not in first:
                     first[key] = Job(exp, tuple(job), key, model, task, m)
             per[exp] = {"jobs": len(jobs), "keys": keys}
-    out = [Job(j.exp, j.overrides, j.key, j.model, j.task, j.method, count[k], tuple(sorted(reach[k] - {j.exp})))
-           for k, j in first.items()]
-    return out, per
+    return list(first.values()), per
 
 
 # per method: what fits the tiny fixture model and ~30-row data (the smoke settings of conf/debug/method where they

@@ -30,7 +30,7 @@ from experiments.run import execute
 from tests.dryrun import jobs as J
 
 pytestmark = [pytest.mark.dryrun, pytest.mark.slow]  # minutes in all: `make test-unit` leaves it out
-RESULTS: dict[tuple, str] = {}  # key -> ok | failed: ..., for the coverage table
+RESULTS: dict[tuple, str] = {}  # key -> ok, failed: <error> or not covered: <why>; for the coverage table
 
 # jobs that fail on a bug in the code they run, by a substring of their id: strict, so a fix turns them red until
 # its line is removed
@@ -39,7 +39,7 @@ BUGS: dict[str, str] = {}
 # job is reported as not covered (xfail), never as passed
 LIMITS = {
     r"LabelTokenCollision": "the fixture tokenizer's few-hundred-piece vocabulary gives two verbalizers one first "
-                            "piece (the hub tokenizers do not)",
+                            "piece (the real tokenizer is checked when the tier runs)",
     r"offline asset data/wiki-long": "reads the packaged wiki-long corpus, which has no hub-shaped fixture",
     r"texts hold only \d+ sequences of 512 tokens": "the 512-token cost workload needs more text than ~30 rows",
     r"task 'tacred' has no fixture": "TACRED is LDC data: no fixture to stand in for it",
