@@ -96,9 +96,15 @@ def hub_dataset(path: str, name: str | None) -> datasets.DatasetDict:
 
 
 @pytest.fixture(scope="session")
-def hub_data():
-    """`datasets.load_dataset` as the hub would answer a run, from the fixtures (built once per dataset config)."""
-    cache: dict = {}
+def hub_datasets() -> dict:
+    """The session's hub-shaped datasets, built once per dataset config."""
+    return {}
+
+
+@pytest.fixture
+def hub_data(hub_datasets, monkeypatch):
+    """`datasets.load_dataset` as the hub would answer a run, from the fixtures; for this test only."""
+    cache = hub_datasets
 
     def load_dataset(path, name=None, split=None, **kwargs):
         files = kwargs.get("data_files")
@@ -118,10 +124,8 @@ def hub_data():
         if split not in dd:  # the message datasets gives
             raise ValueError(f'Unknown split "{split}". Should be one of {list(dd)}.')
         return dd[split]
-    mp = pytest.MonkeyPatch()
-    mp.setattr(datasets, "load_dataset", load_dataset)
-    yield load_dataset
-    mp.undo()
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    return load_dataset
 
 
 @pytest.fixture(scope="session")

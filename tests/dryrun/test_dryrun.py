@@ -185,12 +185,9 @@ class Spy:
 
 
 @pytest.fixture(scope="session")
-def asset_cache(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    cache = tmp_path_factory.mktemp("strata-cache")
-    mp.setenv("STRATA_CACHE", str(cache))
-    yield cache
-    mp.undo()
+def asset_cache(tmp_path_factory) -> Path:
+    """The session's own asset cache (STRATA_CACHE during each job): packaged models as fixtures, built assets."""
+    return tmp_path_factory.mktemp("strata-cache")
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -229,8 +226,12 @@ def pytest_generate_tests(metafunc):
                                                   if (r := known(j)) else []) for j in jobs])
 
 
-def test_first_job_of_each_path_runs_end_to_end(job, hub_data, model_root, asset_cache, tmp_path, monkeypatch):
+def test_first_job_of_each_path_runs_end_to_end(job, hub_data, model_root, asset_cache, tmp_path, monkeypatch,
+                                                request):
     monkeypatch.setattr("experiments.run.git_dirty", lambda: False)
+    monkeypatch.setenv("STRATA_CACHE", str(asset_cache))
+    threads = torch.get_num_threads()  # the job sets its own (hardware.threads); the session's come back after it
+    request.addfinalizer(lambda: torch.set_num_threads(threads))
     RESULTS[job.key] = "not run"
     overrides = [*job.overrides, *J.HARDWARE, *model_overrides(job, model_root, asset_cache), *data_overrides(job),
                  *J.shrink(job), f"results_dir={tmp_path / 'results'}", f"store.dir={tmp_path / 'store'}"]
