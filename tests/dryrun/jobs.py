@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,8 +25,10 @@ from scripts import tier
 
 REPO = Path(__file__).resolve().parents[2]
 CONF = REPO / "conf"
-# what the GPU tier runs on: precision stays the experiment's (bf16/fp16 autocast runs on CPU too)
-HARDWARE = ("hardware=gpu", "hardware.device=cpu", "hardware.threads=1", "hardware.num_workers=0")
+# what the GPU tier runs on: precision stays the experiment's (bf16/fp16 autocast runs on CPU too); on a GPU machine
+# STRATA_DRYRUN_DEVICE=cuda walks the same jobs on the card
+HARDWARE = ("hardware=gpu", f"hardware.device={os.environ.get('STRATA_DRYRUN_DEVICE', 'cpu')}", "hardware.threads=1",
+            "hardware.num_workers=0")
 KEY_FIELDS = ("family", "tokenizer", "task", "method", "variant", "precision")
 
 

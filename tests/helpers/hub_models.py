@@ -106,6 +106,9 @@ _SYLLABLES = ["ka", "lo", "mi", "ne", "ru", "ta", "vo", "shi", "ber", "an", "en"
 _WORDS = ("the a of to and in is was for on with as by at from that it he she they we EU rejects German call "
           "to boycott British lamb Peter Blackburn running runs ran question answer context where who what when "
           "Paris London Berlin New York city river movie film good bad great terrible").split()
+# the intrinsic_dim verbalizers, frequent enough that each word (after a space and at a text's start) is one piece of
+# its own, as in a real vocabulary: the answer is scored by its first piece
+_VERBALIZERS = "yes no Yes No Maybe positive negative World Sports Business Science A B C D E"
 
 
 def corpus() -> list[str]:
@@ -115,7 +118,8 @@ def corpus() -> list[str]:
         for b in _SYLLABLES[i % 5::3]:
             words.append(a + b)
     words += [w.capitalize() for w in words[::7]] + [str(n) for n in range(0, 100, 7)] + list(".,;:!?'()-")
-    return [" ".join(words[i:i + 9]) for i in range(0, len(words), 9)] * 4
+    lines = [" ".join(words[i:i + 9]) for i in range(0, len(words), 9)]
+    return lines * 4 + [_VERBALIZERS] * 40 + _VERBALIZERS.split() * 20
 
 
 DEFAULT_FILES = {  # per tokenizer recipe, where an entry lists no files
