@@ -14,6 +14,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
+import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 MANIFEST = "MANIFEST.json"
@@ -29,6 +32,32 @@ class MissingAssetError(FileNotFoundError):
 
 def cache_dir() -> Path:
     return Path(os.environ.get("STRATA_CACHE") or Path.home() / ".cache" / "strata").expanduser()
+
+
+@contextmanager
+def staged(final: Path):
+    """A directory `.<name>.tmp-<pid>-*` beside `final` to build it in. When the block ends it replaces `final` in one
+    rename (a killed build leaves only its stage, never a half-written asset); when the block raises it is removed."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-{os.getpid()}-", dir=final.parent))
+    try:
+        yield stage
+        share_modes(stage)
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(stage, final)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+
+
+def share_modes(directory: Path) -> None:
+    """mkdtemp makes 0700 dirs and safetensors writes 0600 files; give the cache the user's normal umask modes."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(directory, 0o777 & ~umask)
+    for p in directory.rglob("*"):
+        os.chmod(p, (0o777 if p.is_dir() else 0o666) & ~umask)
 
 
 def sha256_file(path: Path, chunk: int = 1 << 22) -> str:

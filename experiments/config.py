@@ -254,6 +254,22 @@ def load_group(group: str, name: str, schema, key: str) -> DictConfig:
 CONF = Path(__file__).resolve().parent.parent / "conf"
 
 
+def compose(*overrides: str, hydra_node: bool = False, conf: Path = CONF) -> DictConfig:
+    """The config `python -m experiments.run <overrides>` gets (with `hydra_node`, also its hydra node: the sweep
+    params of an experiment file)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    import experiments.registry  # noqa: F401  (the config schemas and resolvers, before any compose)
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+            return hydra_compose(config_name="config", overrides=list(overrides), return_hydra_config=hydra_node)
+    finally:
+        GlobalHydra.instance().clear()
+
+
 def hub_offline(kind: str = "model") -> bool:
     """Whether runs may not reach the Hugging Face hub, for a model or a dataset (`kind`) alike: the one switch,
     STRATA_HUB=1 (experiments.hub.online, which experiments.run applies to both libraries before they load)."""

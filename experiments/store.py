@@ -274,6 +274,14 @@ def batched_hidden_states(model: torch.nn.Module, examples: Sequence[dict], idxs
     """Forward `examples[idxs]` in right-padded batches (eval mode, inference_mode): yields
     (example indices, HF hidden_states tuple of (B, T_max, d), real lengths) per batch. Keeps every layer at every
     position of a batch: `selected_states` keeps only what a caller needs."""
+    for bidx, kwargs, lens in _batches(model, examples, idxs, batch_size, device, token_budget):
+        yield bidx, _hidden_states(model, kwargs), lens
+
+
+def _batches(model: torch.nn.Module, examples: Sequence[dict], idxs: Sequence[int], batch_size: int,
+             device: torch.device, token_budget: int | None) -> Iterator[tuple[list[int], dict, list[int]]]:
+    """(example indices, model inputs, real lengths) per right-padded batch, the model in eval mode and inference
+    mode while the caller forwards them (its training flag restored after)."""
     was_training = model.training
     model.eval()
     try:
@@ -282,13 +290,17 @@ def batched_hidden_states(model: torch.nn.Module, examples: Sequence[dict], idxs
             for pos in token_batches(lengths, batch_size, token_budget):
                 bidx = [idxs[p] for p in pos]
                 kwargs, lens = _collate(examples, bidx, device)
-                out = model(**kwargs, output_hidden_states=True)
-                hs = out.hidden_states if hasattr(out, "hidden_states") else out["hidden_states"]
-                if hs is None:
-                    raise ValueError(f"{type(model).__name__} returned no hidden_states")
-                yield bidx, hs, lens
+                yield bidx, kwargs, lens
     finally:
         model.train(was_training)
+
+
+def _hidden_states(model: torch.nn.Module, kwargs: dict) -> tuple:
+    out = model(**kwargs, output_hidden_states=True)
+    hs = out.hidden_states if hasattr(out, "hidden_states") else out["hidden_states"]
+    if hs is None:
+        raise ValueError(f"{type(model).__name__} returned no hidden_states")
+    return hs
 
 
 class _Stop(Exception):
@@ -380,28 +392,16 @@ def selected_states(model: torch.nn.Module, examples: Sequence[dict], idxs: Sequ
     (example indices, {layer: (B, T_max or 1, d)}, real lengths). Same values as `batched_hidden_states`; what is held
     per batch is (layers needed) x (positions kept) instead of every layer at every position."""
     blocks = _blocks(model)
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.inference_mode():
-            lengths = [len(examples[i]["input_ids"]) for i in idxs]
-            for pos in token_batches(lengths, batch_size, token_budget):
-                bidx = [idxs[p] for p in pos]
-                kwargs, lens = _collate(examples, bidx, device)
-                if getattr(getattr(model, "config", None), "use_cache", None) is not None:
-                    kwargs["use_cache"] = False  # a decoder's KV cache of every layer (~1.6 MB a token at 13B) unused
-                want = sorted({k for i in bidx for k in layers[i]})
-                last = torch.as_tensor(lens) - 1 if select == "last" else None
-                if blocks is not None and _hooks_match(model, blocks, kwargs):
-                    yield bidx, _hooked_forward(model, blocks, kwargs, want, last), lens
-                    continue
-                out = model(**kwargs, output_hidden_states=True)
-                hs = out.hidden_states if hasattr(out, "hidden_states") else out["hidden_states"]
-                if hs is None:
-                    raise ValueError(f"{type(model).__name__} returned no hidden_states")
-                yield bidx, {k: _slice(hs[k], last) for k in want}, lens
-    finally:
-        model.train(was_training)
+    for bidx, kwargs, lens in _batches(model, examples, idxs, batch_size, device, token_budget):
+        if getattr(getattr(model, "config", None), "use_cache", None) is not None:
+            kwargs["use_cache"] = False  # a decoder's KV cache of every layer (~1.6 MB a token at 13B) unused
+        want = sorted({k for i in bidx for k in layers[i]})
+        last = torch.as_tensor(lens) - 1 if select == "last" else None
+        if blocks is not None and _hooks_match(model, blocks, kwargs):
+            yield bidx, _hooked_forward(model, blocks, kwargs, want, last), lens
+            continue
+        hs = _hidden_states(model, kwargs)
+        yield bidx, {k: _slice(hs[k], last) for k in want}, lens
 
 
 class ActivationStore:

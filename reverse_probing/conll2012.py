@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from collections import defaultdict
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
 from experiments import data as D
-from experiments.assets import cache_dir, write_manifest
+from experiments.assets import cache_dir, staged, write_manifest
 from experiments.config import ConfigError
 from experiments.coref import read_conll, read_jsonlines, validate_document
 
@@ -106,22 +104,11 @@ def documents(task: DictConfig, data: DictConfig) -> tuple[dict[str, list[dict]]
 def install(task: DictConfig, docs: dict[str, list[dict]], source: dict) -> Path:
     """data/<task.offline>/<task.splits[split]>.jsonl for each split, MANIFEST last, renamed into place."""
     final = cache_dir() / "data" / task.offline
-    final.parent.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=f".{task.offline}.tmp-{os.getpid()}-", dir=final.parent))
-    try:
+    with staged(final) as stage:
         for split, rows in docs.items():
             with open(stage / f"{task.splits[split]}.jsonl", "w", encoding="utf-8") as f:
                 f.writelines(json.dumps(d, ensure_ascii=False) + "\n" for d in rows)
         write_manifest(stage, {"asset": f"data/{task.offline}", "source": source})
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(stage, 0o777 & ~umask)
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(stage, final)
-    except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
-        raise
     return final
 
 

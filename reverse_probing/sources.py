@@ -12,16 +12,13 @@ is never used; conf/model/<save_as>.yaml points at it like at any packaged model
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 
 from experiments import batches as B
 from experiments import finetune as F
-from experiments.assets import cache_dir, write_manifest
+from experiments.assets import cache_dir, staged, write_manifest
 from experiments.config import ConfigError
 from experiments.context import RunContext
 from experiments.models import load_encoder, tokenizer_fingerprint
@@ -37,21 +34,10 @@ KINDS = ("finetune", "coref_target", "data")
 def save(encoder: torch.nn.Module, tok, name: str, facts: dict) -> str:
     """models/<name> in the asset cache, replaced atomically; returns its path."""
     final = cache_dir() / "models" / name
-    final.parent.mkdir(parents=True, exist_ok=True)
-    stage = tempfile.mkdtemp(prefix=f".{name}.tmp-{os.getpid()}-", dir=final.parent)
-    try:
+    with staged(final) as stage:
         encoder.save_pretrained(stage)
         tok.save_pretrained(stage)
         write_manifest(stage, {"asset": f"models/{name}", "built_by": facts})
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(stage, 0o777 & ~umask)  # mkdtemp's 0700 would hide the model from other users of a shared cache
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(stage, final)
-    except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
-        raise
     return str(final)
 
 

@@ -20,16 +20,14 @@ import hashlib
 import importlib
 import json
 import os
-import shutil
 import sys
-import tempfile
 import time
 import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from experiments.assets import MANIFEST, cache_dir, verify, write_manifest
+from experiments.assets import MANIFEST, cache_dir, staged, verify, write_manifest
 from scripts import downloads
 
 SCRIPTS = Path(__file__).resolve().parent
@@ -175,30 +173,11 @@ def ensure(asset: Asset, archives: dict[str, Path]) -> str:
 
 def build(asset: Asset, archives: list[Path]) -> None:
     """Build into `.<name>.tmp-<pid>-*` beside the final dir; the MANIFEST and the rename are the commit."""
-    parent = asset.path.parent
-    parent.mkdir(parents=True, exist_ok=True)
-    downloads.clear_stale(parent, asset.name)
-    stage = Path(tempfile.mkdtemp(prefix=downloads.stage_name(asset.name), dir=parent))
-    try:
+    downloads.clear_stale(asset.path.parent, asset.name)
+    with staged(asset.path) as stage:
         extra = asset.build_fn()(archives, stage)
-        share_modes(stage)
         write_manifest(stage, {"asset": asset.key, "version": asset.version, "sources": list(asset.sources),
                                "fingerprint": asset.fingerprint(), "built_by": asset.built_by(), **extra})
-        if asset.path.exists():
-            shutil.rmtree(asset.path)
-        os.replace(stage, asset.path)
-    except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
-        raise
-
-
-def share_modes(directory: Path) -> None:
-    """mkdtemp makes 0700 dirs and safetensors writes 0600 files; give the cache the user's normal umask modes."""
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(directory, 0o777 & ~umask)
-    for p in directory.rglob("*"):
-        os.chmod(p, (0o777 if p.is_dir() else 0o666) & ~umask)
 
 
 def line(label: str, status: str, start: float) -> None:

@@ -25,7 +25,6 @@ import functools
 import gc
 import itertools
 import json
-import math
 import os
 import sys
 import time
@@ -41,31 +40,6 @@ MANIFEST = CONF / "hub_manifest.yaml"
 # (model, mode) pairs measured first: the ones closest to the card's edge
 PRIORITY = (("llama-2-13b", "extract"), ("llama-2-13b", "lora_sft"), ("llama-2-7b", "lora"), ("llama-3-8b", "extract"),
             ("deberta-v2-xlarge", "finetune"), ("roberta-large", "finetune"))
-# architecture fields when neither the manifest nor the model file has them (config.json of each hub repo)
-FALLBACK = {
-    "llama-2-7b": {"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
-                   "num_key_value_heads": 32, "intermediate_size": 11008, "vocab_size": 32000,
-                   "max_position_embeddings": 4096},
-    "llama-2-13b": {"model_type": "llama", "hidden_size": 5120, "num_hidden_layers": 40, "num_attention_heads": 40,
-                    "num_key_value_heads": 40, "intermediate_size": 13824, "vocab_size": 32000,
-                    "max_position_embeddings": 4096},
-    "llama-3-8b": {"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
-                   "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256,
-                   "max_position_embeddings": 8192},
-    "mistral-7b": {"model_type": "mistral", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
-                   "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 32768,
-                   "max_position_embeddings": 32768},
-    "roberta-large": {"model_type": "roberta", "hidden_size": 1024, "num_hidden_layers": 24, "num_attention_heads": 16,
-                      "intermediate_size": 4096, "vocab_size": 50265, "max_position_embeddings": 514},
-    "deberta-v2-xlarge": {"model_type": "deberta-v2", "hidden_size": 1536, "num_hidden_layers": 24,
-                          "num_attention_heads": 24, "intermediate_size": 6144, "vocab_size": 128100,
-                          "max_position_embeddings": 512},
-    "bert-base-uncased": {"model_type": "bert", "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
-                          "intermediate_size": 3072, "vocab_size": 30522, "max_position_embeddings": 512},
-    "distilbert-base-uncased": {"model_type": "distilbert", "hidden_size": 768, "num_hidden_layers": 6,
-                                "num_attention_heads": 12, "intermediate_size": 3072, "vocab_size": 30522,
-                                "max_position_embeddings": 512},
-}
 # the DeBERTa-v2 hub configs' attention settings (the manifest keeps only sizes)
 _DEBERTA = {"relative_attention": True, "pos_att_type": ["p2c", "c2p"], "position_biased_input": False,
             "max_relative_positions": -1, "position_buckets": 256, "share_att_key": True, "norm_rel_ebd": "layer_norm"}
@@ -97,18 +71,8 @@ class Probe:
 # ---- the plan: every distinct (model, mode) of the grids ------------------------------------------------------
 
 def _compose(exp: str, overrides: Sequence[str]):
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    import experiments.registry  # noqa: F401  (registers the schemas)
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-            cfg = compose(config_name="config", overrides=[f"experiment={exp}", "hardware=gpu", *overrides],
-                          return_hydra_config=True)
-    finally:
-        GlobalHydra.instance().clear()
-    return cfg
+    from experiments.config import compose
+    return compose(f"experiment={exp}", "hardware=gpu", *overrides, hydra_node=True)
 
 
 def _jobs(params) -> list[list[str]]:
@@ -124,7 +88,7 @@ def _manifest_models() -> dict:
 
 
 def arch_of(model_cfg) -> dict:
-    """The model's architecture fields: the hub manifest's, else its file's from_config, else FALLBACK."""
+    """The model's architecture fields: the hub manifest's, else its file's from_config."""
     hf_id = model_cfg.get("hf_id")
     man = _manifest_models()
     entry = man.get(hf_id) or {}
@@ -133,8 +97,6 @@ def arch_of(model_cfg) -> dict:
     own = model_cfg.get("from_config")
     if own and own.get("model_type"):
         return dict(own)
-    if model_cfg.name in FALLBACK:
-        return dict(FALLBACK[model_cfg.name])
     if own and model_cfg.get("family"):
         return {"model_type": {"llama": "llama"}.get(model_cfg.family, model_cfg.family), **own}
     raise KeyError(f"model={model_cfg.name}: no architecture config (add models[{hf_id!r}].config to "

@@ -85,18 +85,10 @@ def costs(path: Path = COSTS) -> dict:
 
 def compose(paper: str, name: str, conf: Path = CONF) -> tuple[dict, dict]:
     """(the experiment's config as a plain dict, its hydra.sweeper.params)."""
-    from hydra import compose as hydra_compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
 
-    from experiments import registry  # noqa: F401  (registers the config schemas the files name)
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
-            cfg = hydra_compose(config_name="config", overrides=[f"experiment={paper}/{name}"],
-                                return_hydra_config=True)
-    finally:
-        GlobalHydra.instance().clear()
+    from experiments.config import compose as compose_config
+    cfg = compose_config(f"experiment={paper}/{name}", hydra_node=True, conf=conf)
     params = dict(cfg.hydra.sweeper.params or {})
     base = OmegaConf.to_container(cfg, resolve=False)
     base.pop("hydra", None)

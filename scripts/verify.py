@@ -204,16 +204,10 @@ def rerun_overrides(record: dict) -> list[str]:
 
 def composed(overrides: Sequence[str]) -> dict:
     """The resolved config `python -m experiments.run <overrides>` gets now (without the hydra node)."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
-    import experiments.registry  # noqa: F401  (schemas and resolvers, before any compose)
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-            return OmegaConf.to_container(compose(config_name="config", overrides=list(overrides)), resolve=True)
-    finally:
-        GlobalHydra.instance().clear()
+
+    from experiments.config import compose
+    return OmegaConf.to_container(compose(*overrides), resolve=True)
 
 
 def flat(d: dict, prefix: str = "") -> dict:

@@ -11,12 +11,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose as hydra_compose
-from hydra import initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
 
 import experiments.registry  # noqa: F401  (registers the schemas before any compose)
 from experiments.assets import cache_dir, verify
+from experiments.config import compose as compose_config
 
 REPO = Path(__file__).resolve().parent.parent
 CONF = REPO / "conf"
@@ -29,12 +27,7 @@ DATA = ("rt-polarity", "vitaminc", "wnut16", "squad-dev", "movie-reviews", "wiki
 
 def compose(*overrides: str):
     """The config `python -m experiments.run <overrides>` would get (without the hydra node)."""
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-            return hydra_compose(config_name="config", overrides=list(overrides))
-    finally:
-        GlobalHydra.instance().clear()
+    return compose_config(*overrides)
 
 
 def assets_ready() -> bool:

@@ -18,6 +18,7 @@ from intrinsic_dim import extract as X
 from intrinsic_dim import prompts as P
 from intrinsic_dim import run as IR
 from tests.conftest import CONF, REPO, compose
+from tests.helpers.hub_data import pick
 
 FIXTURES = REPO / "tests" / "fixtures" / "hub"
 HUB_TASKS = sorted(p.stem for p in (CONF / "task").glob("*.yaml") if OmegaConf.load(p).get("source") == "hub")
@@ -50,11 +51,7 @@ def hub(monkeypatch):
             path, name = re.match(r"hf://datasets/([^@]+)@", next(iter(data_files.values()))).group(1), None
         name = name or data_dir
         _, dd = load_fixture(path, name)
-        if split is None:
-            return dd
-        if split not in dd:  # the message datasets gives
-            raise ValueError(f'Unknown split "{split}". Should be one of {list(dd)}.')
-        return dd[split]
+        return pick(dd, split)
     monkeypatch.setattr(datasets, "load_dataset", load_dataset)
 
 

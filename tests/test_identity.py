@@ -4,14 +4,12 @@ import json
 import random
 
 import pytest
-from hydra import compose as hydra_compose
-from hydra import initialize_config_dir
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf, open_dict
 
 from experiments import registry
+from experiments.config import compose as compose_config
 from experiments.identity import MAX_NAME, artifact, override_key, published_path, run_name
 from experiments.results import write_json
 from experiments.run import check
@@ -84,13 +82,7 @@ def test_artifact_strips_the_paper_prefix():
 
 def compose_experiment(exp: str, *overrides: str):
     """(the job config, as the runner gets it, and its sweep params)."""
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-            cfg = hydra_compose(config_name="config", overrides=[f"experiment={exp}", *overrides],
-                                return_hydra_config=True)
-    finally:
-        GlobalHydra.instance().clear()
+    cfg = compose_config(f"experiment={exp}", *overrides, hydra_node=True)
     params = cfg.hydra.sweeper.params or {}
     with open_dict(cfg):
         del cfg["hydra"]

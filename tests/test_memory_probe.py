@@ -11,8 +11,13 @@ LORA = {"r": 16, "alpha": 32, "targets": ["q_proj", "k_proj", "v_proj", "o_proj"
 
 def probe(model: str, mode: str, **kw) -> M.Probe:
     kw = {"batch": 4, "length": 64, "precision": "bf16", **kw}
-    return M.Probe(model=model, mode=mode, arch=dict(M.FALLBACK[model]), causal=model.startswith(("llama", "mistral")),
-                   **kw)
+    return M.Probe(model=model, mode=mode, arch=arch(model), causal=model.startswith(("llama", "mistral")), **kw)
+
+
+def arch(model: str) -> dict:
+    """The real architecture the probe builds for conf/model/<model>.yaml (from the hub manifest)."""
+    from omegaconf import OmegaConf
+    return M.arch_of(OmegaConf.load(M.REPO / "conf" / "model" / f"{model}.yaml"))
 
 
 def test_paper_jobs_get_their_worst_case_batch():
@@ -93,11 +98,12 @@ def test_saved_plan_roundtrip_and_bad_arguments(tmp_path, capsys):
         M.main(["--plan", str(plan), "--budget-s", "0", "--out", str(out)])
 
 
-def test_architecture_comes_from_the_manifest_then_the_model_file_then_the_table():
+def test_architecture_comes_from_the_manifest_then_the_model_file():
     from omegaconf import OmegaConf
     got = M.arch_of(OmegaConf.create({"name": "llama-2-13b", "hf_id": "meta-llama/Llama-2-13b-hf", "family": "llama"}))
     assert got["model_type"] == "llama" and got["hidden_size"] == 5120 and got["max_position_embeddings"] == 4096
-    got = M.arch_of(OmegaConf.create({"name": "deberta-v2-xlarge", "hf_id": "not/in-the-manifest"}))
-    assert got == M.FALLBACK["deberta-v2-xlarge"]
+    own = {"model_type": "bert", "hidden_size": 64, "num_hidden_layers": 2}
+    got = M.arch_of(OmegaConf.create({"name": "mine", "hf_id": "not/in-the-manifest", "from_config": own}))
+    assert got == own
     with pytest.raises(KeyError, match="no architecture config"):
         M.arch_of(OmegaConf.create({"name": "mystery", "hf_id": "x/y"}))

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO
+from tests.helpers.hub_data import pick
 
 FIXTURES = REPO / "tests" / "fixtures" / "hub"
 MANIFEST = REPO / "conf" / "hub_manifest.yaml"
@@ -119,11 +120,7 @@ def hub_data(hub_datasets, monkeypatch):
             missing = sorted(set(files) - set(dd))
             assert not missing, f"{key[0]}: data_files name splits {missing} the hub repo does not have ({list(dd)})"
             dd = datasets.DatasetDict({s: dd[s] for s in files})
-        if split is None:
-            return dd
-        if split not in dd:  # the message datasets gives
-            raise ValueError(f'Unknown split "{split}". Should be one of {list(dd)}.')
-        return dd[split]
+        return pick(dd, split)
     monkeypatch.setattr(datasets, "load_dataset", load_dataset)
     return load_dataset
 

@@ -13,14 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
-from hydra import compose as hydra_compose
-from hydra import initialize_config_dir
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, open_dict
 
 import experiments.registry  # noqa: F401  (registers the schemas before any compose)
+from experiments.config import compose
 from scripts import tier
 
 REPO = Path(__file__).resolve().parents[2]
@@ -57,14 +55,7 @@ def tokenizer_class(model: str) -> str:
 
 
 def compose_job(exp: str, *overrides: str, hydra_node: bool = False) -> DictConfig:
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-            cfg = hydra_compose(config_name="config", overrides=[f"experiment={exp}", *overrides],
-                                return_hydra_config=hydra_node)
-    finally:
-        GlobalHydra.instance().clear()
-    return cfg
+    return compose(f"experiment={exp}", *overrides, hydra_node=hydra_node)
 
 
 def grid(exp: str) -> tuple[DictConfig, list[list[str]]]:

@@ -5,16 +5,13 @@ import copy
 import itertools
 
 import pytest
-from hydra import compose as hydra_compose
-from hydra import initialize_config_dir
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf, open_dict
 
+from experiments.config import compose
 from reverse_probing import run as R
 from scripts.tier import kind
-from tests.conftest import CONF
 
 MRPC, NER, RE, QA, BERT = ("bert-base-cased-mrpc", "bert-base-cased-ner-ontonotes", "bert-base-cased-re",
                            "bert-base-cased-qa", "bert-base-cased")
@@ -27,13 +24,7 @@ PAPER_TRIPLES = [(RE, NER, QA), (MRPC, NER, QA), (MRPC, RE, QA), (MRPC, RE, NER)
 
 def jobs(exp: str) -> list:
     """Every job of the experiment's -m sweep, composed and resolved as the runner gets it."""
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-            base = hydra_compose(config_name="config", overrides=[f"experiment=reverse_probing/{exp}"],
-                                 return_hydra_config=True)
-    finally:
-        GlobalHydra.instance().clear()
+    base = compose(f"experiment=reverse_probing/{exp}", hydra_node=True)
     params = base.hydra.sweeper.params or {}
     with open_dict(base):
         del base["hydra"]
