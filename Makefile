@@ -26,7 +26,7 @@ export HF_HUB_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: help setup assets test test-unit test-slow smoke reproduce reproduce-gpu preflight tables verify list clean \
+.PHONY: help setup assets test test-unit test-slow dryrun smoke reproduce reproduce-gpu preflight tables verify list clean \
         $(PAPERS) \
         $(addsuffix -cpu,$(PAPERS))
 
