@@ -191,8 +191,14 @@ def changed(recorded: dict[str, str | None]) -> str | None:
 
 
 def data_fingerprint(task, data) -> str | None:
-    """The manifest sha of the data asset a (task, data) config reads, recorded in USED like any `require`; None for
-    fixtures and hub datasets (committed files, the datasets cache). What a cache of work on that data keys on."""
-    if (data.source or task.source) != "offline":
+    """What a cache of work on a (task, data) config's data keys on: the manifest sha of the offline asset it reads
+    (recorded in USED like any `require`); for a hub dataset the pins that name its files (revision, data_dir,
+    data_files, builder), so a new pin is counted again; None for fixtures and an unpinned hub dataset (main)."""
+    source = data.source or task.source
+    if source == "hub":
+        hf = task.get("hf") or {}
+        pins = {k: hf.get(k) for k in ("revision", "data_dir", "data_files", "builder") if hf.get(k) is not None}
+        return json.dumps(pins, sort_keys=True, default=str) if pins else None
+    if source != "offline":
         return None
     return manifest_sha(require("data", task.offline))

@@ -393,3 +393,16 @@ def test_pins_left_null_keep_the_hash_of_records_made_before_they_existed():
     assert now["task"]["hf"]["revision"] is None and "revision" in now["model"]  # the caller's config untouched
     now["task"]["hf"]["revision"] = "f" * 40
     assert config_hash(now) != config_hash(before)
+
+
+def test_a_cache_of_work_on_hub_data_keys_on_its_pins():
+    """PEMA's counts and EAT's checkpoints key on data_fingerprint: a new revision (or data files) of a hub dataset
+    is other data and must be counted again, while an unpinned one (main) keeps the key it always had."""
+    from experiments.assets import data_fingerprint
+    pinned = compose("task=conll2003")
+    assert pinned.task.hf.revision == "refs/convert/parquet"
+    first = data_fingerprint(pinned.task, pinned.data)
+    moved = compose("task=conll2003", "task.hf.revision=" + "a" * 40)
+    assert first and "refs/convert/parquet" in first and data_fingerprint(moved.task, moved.data) != first
+    unpinned = compose("task=sst2")
+    assert unpinned.task.hf.revision is None and data_fingerprint(unpinned.task, unpinned.data) is None
