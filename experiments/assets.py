@@ -159,13 +159,16 @@ def manifest_sha(directory: Path) -> str:
     return hashlib.sha256((Path(directory) / MANIFEST).read_bytes()).hexdigest()
 
 
-def hub_revision(repo_id: str) -> str | None:
-    """The commit a hub model id resolves to in the local Hugging Face cache (refs/main), None when it is not cached.
-    A hub model has no manifest; its cached revision names the files a run loaded (USED records it as hub/<id>)."""
+def hub_revision(repo_id: str, revision: str | None = None) -> str | None:
+    """The commit a hub model id resolves to in the local Hugging Face cache at `revision` (a commit sha, or a branch
+    or tag: refs/<it>; None = main), None when it is not cached. A hub model has no manifest; its cached revision names
+    the files a run loaded (USED records it as hub/<id>, or hub/<id>@<revision> when pinned)."""
     from huggingface_hub import constants
-    ref = Path(constants.HF_HUB_CACHE) / f"models--{repo_id.replace('/', '--')}" / "refs" / "main"
+    repo = Path(constants.HF_HUB_CACHE) / f"models--{repo_id.replace('/', '--')}"
+    if revision and len(revision) == 40 and all(c in "0123456789abcdef" for c in revision):
+        return revision if (repo / "snapshots" / revision).is_dir() else None
     try:
-        return ref.read_text().strip() or None
+        return (repo / "refs" / (revision or "main")).read_text().strip() or None
     except OSError:
         return None
 
@@ -176,7 +179,8 @@ def changed(recorded: dict[str, str | None]) -> str | None:
     for key, sha in sorted(recorded.items()):
         kind, _, name = key.partition("/")
         if kind == "hub":
-            now, where = hub_revision(name), "the Hugging Face cache"
+            repo, _, revision = name.partition("@")
+            now, where = hub_revision(repo, revision or None), "the Hugging Face cache"
         else:
             try:
                 now = manifest_sha(cache_dir() / kind / name)

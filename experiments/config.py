@@ -277,18 +277,20 @@ def hub_offline(kind: str = "model") -> bool:
     return not wanted()
 
 
-def in_hf_cache(repo_id: str) -> bool:
-    """Whether the local Hugging Face cache holds a hub model (its config.json): what an offline run can load. Paths
-    are read from the environment at call time."""
+def in_hf_cache(repo_id: str, revision: str | None = None) -> bool:
+    """Whether the local Hugging Face cache holds a hub model (its config.json) at `revision` (None = main): what an
+    offline run can load. Paths are read from the environment at call time."""
     from huggingface_hub import constants, try_to_load_from_cache
-    return isinstance(try_to_load_from_cache(repo_id, "config.json", cache_dir=constants.HF_HUB_CACHE), str)
+    return isinstance(try_to_load_from_cache(repo_id, "config.json", cache_dir=constants.HF_HUB_CACHE,
+                                             revision=revision), str)
 
 
-def offline_refusal(key: str, name: str, repo: str, kind: str, cached: bool | None = None) -> str | None:
+def offline_refusal(key: str, name: str, repo: str, kind: str, cached: bool | None = None,
+                    revision: str | None = None) -> str | None:
     """The refusal for `key=name`, which loads `repo` from the hub, while runs are offline and the local cache has no
     copy (the load would fail after a long traceback ending in "check your internet connection"); else None.
-    `cached`: what the caller found (a dataset's load is its own test); None looks a model up."""
-    if not hub_offline(kind) or (in_hf_cache(repo) if cached is None else cached):
+    `cached`: what the caller found (a dataset's load is its own test); None looks a model up at `revision`."""
+    if not hub_offline(kind) or (in_hf_cache(repo, revision) if cached is None else cached):
         return None
     return (f"set STRATA_HUB=1 to download it: {key}={name} loads {repo} from the Hugging Face hub, runs are "
             "offline by default and the local HF cache has no copy (or pick an offline one: python -m "

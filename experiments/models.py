@@ -50,10 +50,12 @@ def weights_path(model: DictConfig) -> str:
     if model.source == "hub" and model.get("local_dir"):  # the repo's files already on disk (tests, a copy)
         return str(model.local_dir)
     if model.source == "hub":
-        refusal = offline_refusal("model", model.name, model.hf_id, "model") if model.hf_id else None
+        pin = model.get("revision")
+        refusal = offline_refusal("model", model.name, model.hf_id, "model", revision=pin) if model.hf_id else None
         if refusal:  # before transformers' ~100-line traceback that ends in "check your internet connection"
             raise ConfigError(refusal)
-        USED[f"hub/{model.hf_id}"] = hub_revision(model.hf_id)  # no manifest: the cached revision names its files
+        # no manifest: the cached revision names its files
+        USED[f"hub/{model.hf_id}" + (f"@{pin}" if pin else "")] = hub_revision(model.hf_id, pin)
         return model.hf_id
     raise ValueError(f"model.source={model.source!r} names no pretrained files; valid: offline, hub "
                      "(config builds random weights from model.from_config)")
@@ -70,12 +72,12 @@ def max_positions(model: DictConfig) -> int | None:
     # mtime and the offline switch are in the key, so a rebuilt asset or a change of mind is seen)
     stamp = path.stat().st_mtime_ns if model.source == "offline" and path.is_file() else None
     return _max_positions(model.source, str(path), stamp, model.get("local_dir") or model.get("hf_id"), model.family,
-                          json.dumps(fields, sort_keys=True), hub_offline())
+                          json.dumps(fields, sort_keys=True), hub_offline(), model.get("revision"))
 
 
 @functools.lru_cache(maxsize=256)
 def _max_positions(source: str, path: str, stamp: int | None, hf_id: str | None, family: str, fields: str,
-                   offline: bool) -> int | None:
+                   offline: bool, revision: str | None = None) -> int | None:
     fields = json.loads(fields)
     if source == "offline":
         if stamp is None:
@@ -83,8 +85,8 @@ def _max_positions(source: str, path: str, stamp: int | None, hf_id: str | None,
         config = AutoConfig.from_pretrained(Path(path).parent)
     elif source == "config" or "model_type" in fields:
         config = AutoConfig.for_model(fields.pop("model_type", None) or family, **fields)
-    elif hf_id and (Path(hf_id).is_dir() or not (offline and not in_hf_cache(hf_id))):
-        config = AutoConfig.from_pretrained(hf_id)
+    elif hf_id and (Path(hf_id).is_dir() or not (offline and not in_hf_cache(hf_id, revision))):
+        config = AutoConfig.from_pretrained(hf_id, revision=revision)  # the pinned files', not main's
     else:
         return None
     config = config.get_text_config()

@@ -77,6 +77,25 @@ def test_a_hub_model_is_named_by_its_cached_revision(tmp_path, monkeypatch):
     assert assets.changed(recorded) == "hub/org/tiny is not in the Hugging Face cache any more"
 
 
+def test_a_pinned_hub_model_is_found_and_named_at_its_pin(tmp_path, monkeypatch):
+    """A model pinned to a commit (model.revision) and cached only at that commit loads offline, and the record names
+    the pin, not main: a newer main fetched later changes nothing the run read."""
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf"))
+    repo, pin = tmp_path / "hf" / "models--org--tiny", "c" * 40
+    (repo / "snapshots" / pin).mkdir(parents=True)
+    (repo / "snapshots" / pin / "config.json").write_text("{}")  # no refs/main: only the pin was ever fetched
+    assets.USED.clear()
+    weights_path(compose("model=bert-base-uncased", "model.hf_id=org/tiny", f"model.revision={pin}").model)
+    recorded = dict(assets.USED)
+    assets.USED.clear()
+    assert recorded == {f"hub/org/tiny@{pin}": pin} and assets.changed(recorded) is None
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("d" * 40)  # main moves on
+    assert assets.changed(recorded) is None
+    shutil.rmtree(repo / "snapshots" / pin)
+    assert assets.changed(recorded) == f"hub/org/tiny@{pin} is not in the Hugging Face cache any more"
+
+
 def test_a_record_that_names_no_assets_is_redone(smoke_cfg, tmp_path, monkeypatch):
     execute(smoke_cfg(), tmp_path / "run")
     path = tmp_path / "run" / "result.json"
