@@ -213,7 +213,8 @@ def fit(model: nn.Module, batches: Callable[[int], Iterable[dict]], n_batches: i
     model.load_state_dict(best_state)
     return FitResult(best=best, best_step=best_step, steps=step, epochs=micro / max(1, n_batches),
                      train_s=timer.total_s, step_ms=timer.median_ms, stopped_early=stopped, history=history,
-                     skipped_steps=skipped, data_s=data_s[0], step_s=list(timer.times), test=scored(test) if test is not None else None)
+                     skipped_steps=skipped, data_s=data_s[0], step_s=list(timer.times),
+                     test=scored(test) if test is not None else None)
 
 
 def optimizer_step(opt: torch.optim.Optimizer, scaler: torch.amp.GradScaler) -> bool:
