@@ -19,11 +19,9 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
+from experiments import provenance
+
 MANIFEST = "MANIFEST.json"
-# "<kind>/<name>" -> sha256 of its MANIFEST.json, for every asset `require` handed out since the last reset, and
-# "hub/<id>" -> its cached revision for every hub model loaded: a run record names the exact files it read (the runner
-# resets it before each run; a finished run is reused only while they are unchanged, `changed`)
-USED: dict[str, str | None] = {}
 
 
 class MissingAssetError(FileNotFoundError):
@@ -142,7 +140,7 @@ def require(kind: str, name: str) -> Path:
     if (why := stale_reason(f"{kind}/{name}", manifest)) is not None:
         raise MissingAssetError(f"offline asset {kind}/{name} is not usable: {why}. Run `make assets` to rebuild it "
                                 f"in {cache_dir()}.")
-    USED[f"{kind}/{name}"] = hashlib.sha256(manifest).hexdigest()
+    provenance.note_asset(f"{kind}/{name}", hashlib.sha256(manifest).hexdigest())
     return directory
 
 
@@ -154,7 +152,7 @@ def stale_reason(key: str, manifest: bytes) -> str | None:
 
 
 def manifest_sha(directory: Path) -> str:
-    """What USED records for an asset directory: the sha256 of its MANIFEST.json. The manifest lists every file's
+    """What a record notes for an asset directory: the sha256 of its MANIFEST.json. The manifest lists every file's
     sha256 (weights, tokenizer, data), so this names their content without rehashing them."""
     return hashlib.sha256((Path(directory) / MANIFEST).read_bytes()).hexdigest()
 
@@ -162,7 +160,7 @@ def manifest_sha(directory: Path) -> str:
 def hub_revision(repo_id: str, revision: str | None = None) -> str | None:
     """The commit a hub model id resolves to in the local Hugging Face cache at `revision` (a commit sha, or a branch
     or tag: refs/<it>; None = main), None when it is not cached. A hub model has no manifest; its cached revision names
-    the files a run loaded (USED records it as hub/<id>, or hub/<id>@<revision> when pinned)."""
+    the files a run loaded (noted as hub/<id>, or hub/<id>@<revision> when pinned)."""
     from huggingface_hub import constants
     repo = Path(constants.HF_HUB_CACHE) / f"models--{repo_id.replace('/', '--')}"
     if revision and len(revision) == 40 and all(c in "0123456789abcdef" for c in revision):
@@ -174,7 +172,7 @@ def hub_revision(repo_id: str, revision: str | None = None) -> str | None:
 
 
 def changed(recorded: dict[str, str | None]) -> str | None:
-    """Which asset of a run record's provenance (USED as it was) differs from the current cache, in words; None when
+    """Which asset of a run record's provenance (its `assets`) differs from the current cache, in words; None when
     all match. Cheap: one MANIFEST.json read per asset, one ref file per hub model."""
     for key, sha in sorted(recorded.items()):
         kind, _, name = key.partition("/")
@@ -196,7 +194,7 @@ def changed(recorded: dict[str, str | None]) -> str | None:
 
 def data_fingerprint(task, data) -> str | None:
     """What a cache of work on a (task, data) config's data keys on: the manifest sha of the offline asset it reads
-    (recorded in USED like any `require`); for a hub dataset the pins that name its files (revision, data_dir,
+    (noted like any `require`); for a hub dataset the pins that name its files (revision, data_dir,
     data_files, builder), so a new pin is counted again; None for fixtures and an unpinned hub dataset (main)."""
     source = data.source or task.source
     if source == "hub":

@@ -10,6 +10,7 @@ from typing import Any, Callable
 import torch
 
 from experiments.config import ConfigError
+from experiments.provenance import Reads
 
 log = logging.getLogger(__name__)
 STORE_DTYPES = {"fp16": torch.float16, "fp32": torch.float32}
@@ -29,6 +30,7 @@ class RunContext:
     per_example: dict[str, Any] = field(default_factory=dict)
     wandb_run: Any = None
     tokenizer_fingerprint: str | None = None  # set by the method that builds a tokenizer (models.tokenizer_fingerprint)
+    reads: Reads = field(default_factory=Reads)  # the assets and tokenizers the run read (experiments.provenance)
 
     _step_base: int = field(default=0, init=False, repr=False)  # log_metrics' offset for a new training phase
     _last_step: int = field(default=-1, init=False, repr=False)

@@ -18,11 +18,14 @@ from torch import nn
 from transformers import (AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer, PretrainedConfig,
                           PreTrainedTokenizerFast)
 
-from experiments.assets import USED, cache_dir, hub_revision, require
+from experiments import provenance
+from experiments.assets import cache_dir, hub_revision, require
 from experiments.config import ConfigError, in_hf_cache, hub_offline, offline_refusal
 from experiments.data import is_regression
+from experiments.memo import Memo
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]"]
+BYTE_VOCAB = len(SPECIALS) + 256  # byte_tokenizer's ids: its specials and one per byte
 
 
 def byte_tokenizer() -> PreTrainedTokenizerFast:
@@ -38,9 +41,11 @@ def byte_tokenizer() -> PreTrainedTokenizerFast:
     tk.decoder = decoders.ByteLevel()
     tk.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
-    return PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]",
-                                   sep_token="[SEP]", model_max_length=512,
-                                   model_input_names=["input_ids", "token_type_ids", "attention_mask"])
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]",
+                                  sep_token="[SEP]", model_max_length=512,
+                                  model_input_names=["input_ids", "token_type_ids", "attention_mask"])
+    provenance.note_tokenizer(tok)
+    return tok
 
 
 def weights_path(model: DictConfig) -> str:
@@ -55,7 +60,7 @@ def weights_path(model: DictConfig) -> str:
         if refusal:  # before transformers' ~100-line traceback that ends in "check your internet connection"
             raise ConfigError(refusal)
         # no manifest: the cached revision names its files
-        USED[f"hub/{model.hf_id}" + (f"@{pin}" if pin else "")] = hub_revision(model.hf_id, pin)
+        provenance.note_asset(f"hub/{model.hf_id}" + (f"@{pin}" if pin else ""), hub_revision(model.hf_id, pin))
         return model.hf_id
     raise ValueError(f"model.source={model.source!r} names no pretrained files; valid: offline, hub "
                      "(config builds random weights from model.from_config)")
@@ -109,6 +114,7 @@ def load_tokenizer(model: DictConfig, pre_split: bool = False) -> PreTrainedToke
     if tok.pad_token is None:  # causal LMs ship without one; padding is masked anyway
         tok.pad_token = tok.eos_token
     tok.padding_side = "right"  # pool("last") and the store read mask.sum() - 1; Gemma's tokenizer ships "left"
+    provenance.note_tokenizer(tok)
     return tok
 
 
@@ -159,6 +165,30 @@ def load_encoder(model: DictConfig, pre_split: bool = False,
     # store fp16 with none named in config.json (AdamW on fp16 weights rounds most updates away)
     return tok, AutoModel.from_pretrained(weights_path(model), config=config, dtype=dtype,
                                           revision=model.get("revision"), **extra)
+
+
+_FROZEN = Memo(4)  # a sweep in one process loads each frozen backbone once
+
+
+def frozen_encoder(model: DictConfig, pre_split: bool = False) -> tuple[PreTrainedTokenizerFast, nn.Module]:
+    """`load_encoder` in eval mode with no gradients, once per process and model config: the feature extractor that
+    the runs of a sweep share (never train it; a method that fine-tunes loads its own)."""
+    def load():
+        tok, enc = load_encoder(model, pre_split=pre_split)
+        return tok, enc.eval().requires_grad_(False)
+    return _FROZEN(("frozen", OmegaConf.to_yaml(model), pre_split), load)
+
+
+def architecture(model: DictConfig) -> PretrainedConfig:
+    """The model's transformers config without its weights or the network: conf/model's `from_config` fields (with a
+    `model_type`: a hub model's config.json copied into the repo), the random tiny models' fields, else the offline
+    asset's (or a cached hub model's) config.json."""
+    fields = OmegaConf.to_container(model.from_config, resolve=True) if model.from_config else {}
+    if model.source == "config":
+        return AutoConfig.for_model(model.family, vocab_size=BYTE_VOCAB, **fields)
+    if "model_type" in fields:
+        return AutoConfig.for_model(**fields)
+    return AutoConfig.from_pretrained(weights_path(model), revision=model.get("revision"))
 
 
 def load_causal_lm(model: DictConfig, dtype: torch.dtype = torch.float32) -> tuple[PreTrainedTokenizerFast, nn.Module]:

@@ -21,6 +21,11 @@ class Method:
     schema: str  # "module:Class" of its config dataclass (each <paper>/config.py imports no torch: cheap)
     version: int = 1  # bump when the method's semantics change (recorded in every run record)
     options: tuple[str, ...] = ()  # training options (OPTIONS) it applies; any other enabled option is refused
+    check: str | None = None  # "module:function", check(cfg) refuses a config before any work (ConfigError)
+
+    @property
+    def package(self) -> str:
+        return self.run.split(".", 1)[0]
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,9 @@ METHODS: dict[str, Method] = {
     "reverse_probing_bench": Method("reverse_probing.bench:run", "reverse_probing",
                                     "reverse_probing.config:BenchConfig"),
 }
+# results/<paper> directories, in registry order, and the paper packages (the rest live in experiments/)
+PAPERS = tuple(dict.fromkeys(m.paper for m in METHODS.values()))
+PACKAGES = tuple(dict.fromkeys(m.package for m in METHODS.values() if m.package != "experiments"))
 # training options a paper package registers (experiments.hooks)
 OPTIONS: dict[str, Option] = {
     "pema": Option("pema.options:PemaConfig", "pema.hook:hook"),
@@ -101,6 +109,13 @@ def paper_of(name: str) -> str:
 
 def version_of(name: str) -> int:
     return _check(name).version
+
+
+def check(cfg) -> None:
+    """The method's own refusals (Method.check), before any work; nothing for a method without one."""
+    m = _check(cfg.method.name)
+    if m.check:
+        _load(m.check)(cfg)
 
 
 def option_hook(name: str) -> Callable:

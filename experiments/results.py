@@ -2,7 +2,6 @@
 status), written atomically so a killed run never leaves a half-written result."""
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -12,7 +11,8 @@ from datetime import datetime, timezone
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from experiments import assets
+from experiments import REPO, assets
+from experiments.files import config_key, write_json
 
 log = logging.getLogger(__name__)
 # 2: provenance (overrides, asset manifests, tokenizer fingerprint, method version, clean-tree flag); 1: legacy
@@ -27,7 +27,6 @@ NULL_AS_ABSENT = (("model", "local_dir"), ("model", "revision"), ("task", "hf", 
                   ("task", "hf", "data_dir"), ("task", "hf", "data_files"), ("task", "hf", "builder"),
                   ("method", "extract_token_budget"), ("method", "sft_precision"),
                   ("method", "sft_gradient_checkpointing"))
-REPO = Path(__file__).resolve().parent.parent
 
 
 def config_hash(config: dict) -> str:
@@ -45,7 +44,7 @@ def config_hash(config: dict) -> str:
     for group, key in NOT_HASHED_NESTED:
         if isinstance(semantic.get(group), dict):
             semantic[group] = {k: v for k, v in semantic[group].items() if k != key}
-    return hashlib.sha256(json.dumps(semantic, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return config_key(semantic)
 
 
 def legacy_reason(record: dict) -> str | None:
@@ -71,18 +70,6 @@ def outdated_reason(record: dict) -> str | None:
     if record["method_version"] != now:
         return f"made by version {record['method_version']} of its method, now {now}"
     return None
-
-
-def write_json(path: Path, obj: dict) -> None:
-    """Atomic: write a sibling temp file, fsync, rename over the target."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=1, sort_keys=False, default=str)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def read_json(path: Path) -> dict | None:

@@ -31,10 +31,11 @@ from hydra.errors import CompactHydraException
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from experiments import assets, hooks, registry
+from experiments import hooks, registry
 from experiments.assets import cache_dir
 from experiments.context import RunContext, pick_device
 from experiments.identity import published_path, run_name
+from experiments.provenance import recording
 from experiments.config import ON_ERROR, ConfigError, hub_offline, unknown_experiment, validate
 from experiments.results import SCHEMA_VERSION, config_hash, finished, git_dirty, provenance, write_json
 from experiments.timing import device_name
@@ -163,39 +164,39 @@ def execute(cfg: DictConfig, output_dir: Path, overrides: list[str] | tuple[str,
               "overrides": list(overrides), "method_version": registry.version_of(cfg.method.name)}
     dirty = git_dirty()
     ctx = RunContext(output_dir=output_dir, device=torch.device("cpu"), device_name="not started")
-    assets.USED.clear()  # what this run requires from the asset cache is recorded below
     start = time.perf_counter()
     error = None
-    try:
-        check(cfg, dirty)
-        ctx.device = pick_device(cfg.hardware.device)
-        torch.set_num_threads(num_threads(cfg.hardware.threads))
-        ctx.device_name = device_name(ctx.device)
-        fn = registry.resolve(cfg.method.name)
-        quiet_libraries()
-        seed_everything(cfg.seed)
-        ctx.store_dir = Path(cfg.store.dir) if cfg.store.dir else cache_dir() / "activations"
-        ctx.store_dtype = cfg.store.dtype
-        if cfg.logger.wandb:
-            import wandb
-            # a sweep in one process starts one wandb run per job: finish the previous one (the old reinit=True)
-            ctx.wandb_run = wandb.init(project=cfg.logger.project, mode=cfg.logger.mode, name=run_id,
-                                       dir=str(output_dir), config=config, reinit="finish_previous")
-        log.info("run %s (hash %s) on %s", run_id, chash, ctx.device_name)
-        log.info("settings: %s", settings_line(cfg))
-        record["metrics"] = {k: float(v) for k, v in fn(cfg, ctx).items()}
-        record["status"] = "ok"
-    except Exception as e:  # recorded, then re-raised or swallowed per on_error
-        error = e
-        record.update(status="failed", error=f"{type(e).__name__}: {e}{offline_hint(cfg, e)}",
-                      traceback=traceback.format_exc())
-        log.error("run %s failed: %s", run_id, record["error"])  # the record keeps the traceback
-        if isinstance(e, ConfigError):
-            e.logged = True
-    finally:
-        if ctx.wandb_run is not None:
-            ctx.wandb_run.summary.update({**record["metrics"], "status": record["status"]})
-            ctx.wandb_run.finish()
+    with recording() as ctx.reads:  # what the method reads, noted where it is read
+        try:
+            check(cfg, dirty)
+            ctx.device = pick_device(cfg.hardware.device)
+            torch.set_num_threads(num_threads(cfg.hardware.threads))
+            ctx.device_name = device_name(ctx.device)
+            fn = registry.resolve(cfg.method.name)
+            quiet_libraries()
+            seed_everything(cfg.seed)
+            ctx.store_dir = Path(cfg.store.dir) if cfg.store.dir else cache_dir() / "activations"
+            ctx.store_dtype = cfg.store.dtype
+            if cfg.logger.wandb:
+                import wandb
+                # a sweep in one process starts one wandb run per job: finish the previous one (the old reinit=True)
+                ctx.wandb_run = wandb.init(project=cfg.logger.project, mode=cfg.logger.mode, name=run_id,
+                                           dir=str(output_dir), config=config, reinit="finish_previous")
+            log.info("run %s (hash %s) on %s", run_id, chash, ctx.device_name)
+            log.info("settings: %s", settings_line(cfg))
+            record["metrics"] = {k: float(v) for k, v in fn(cfg, ctx).items()}
+            record["status"] = "ok"
+        except Exception as e:  # recorded, then re-raised or swallowed per on_error
+            error = e
+            record.update(status="failed", error=f"{type(e).__name__}: {e}{offline_hint(cfg, e)}",
+                          traceback=traceback.format_exc())
+            log.error("run %s failed: %s", run_id, record["error"])  # the record keeps the traceback
+            if isinstance(e, ConfigError):
+                e.logged = True
+        finally:
+            if ctx.wandb_run is not None:
+                ctx.wandb_run.summary.update({**record["metrics"], "status": record["status"]})
+                ctx.wandb_run.finish()
     from experiments.metrics import higher_is_better
     record["higher_is_better"] = {k: higher_is_better(k) for k in record["metrics"]}
     record["n_samples"] = ctx.n_samples
@@ -204,7 +205,8 @@ def execute(cfg: DictConfig, output_dir: Path, overrides: list[str] | tuple[str,
         record["per_example"] = ctx.per_example
     record["provenance"] = {**provenance(ctx.device_name, dirty), "allow_dirty": bool(cfg.allow_dirty),
                             "hardware": cfg.hardware.name, "threads": torch.get_num_threads(),
-                            "assets": dict(sorted(assets.USED.items())), "tokenizer": ctx.tokenizer_fingerprint,
+                            "assets": dict(sorted(ctx.reads.assets.items())),
+                            "tokenizer": ctx.tokenizer_fingerprint or ctx.reads.tokenizer_fingerprint(),
                             "wall_s": round(time.perf_counter() - start, 3)}
     write_json(result_path, record)
     if cfg.publish and record["status"] == "ok":

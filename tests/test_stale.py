@@ -9,6 +9,7 @@ from huggingface_hub import constants
 
 from experiments import assets, registry
 from experiments.models import weights_path
+from experiments.provenance import recording
 from experiments.run import execute
 from tests.conftest import compose
 
@@ -64,10 +65,9 @@ def test_a_hub_model_is_named_by_its_cached_revision(tmp_path, monkeypatch):
         (repo / "refs").mkdir(exist_ok=True)
         (repo / "refs" / "main").write_text(revision)
     download("a" * 40)
-    assets.USED.clear()  # as the runner does before each run
-    weights_path(compose("model=bert-base-uncased", "model.hf_id=org/tiny").model)
-    recorded = dict(assets.USED)
-    assets.USED.clear()
+    with recording() as reads:  # as the runner records each run
+        weights_path(compose("model=bert-base-uncased", "model.hf_id=org/tiny").model)
+    recorded = reads.assets
     assert recorded == {"hub/org/tiny": "a" * 40} and assets.changed(recorded) is None
     download("b" * 40)  # a newer revision fetched since
     assert assets.changed(recorded) == ("hub/org/tiny changed since the record was written (revision aaaaaaaaaaaa -> "
@@ -84,10 +84,9 @@ def test_a_pinned_hub_model_is_found_and_named_at_its_pin(tmp_path, monkeypatch)
     repo, pin = tmp_path / "hf" / "models--org--tiny", "c" * 40
     (repo / "snapshots" / pin).mkdir(parents=True)
     (repo / "snapshots" / pin / "config.json").write_text("{}")  # no refs/main: only the pin was ever fetched
-    assets.USED.clear()
-    weights_path(compose("model=bert-base-uncased", "model.hf_id=org/tiny", f"model.revision={pin}").model)
-    recorded = dict(assets.USED)
-    assets.USED.clear()
+    with recording() as reads:
+        weights_path(compose("model=bert-base-uncased", "model.hf_id=org/tiny", f"model.revision={pin}").model)
+    recorded = reads.assets
     assert recorded == {f"hub/org/tiny@{pin}": pin} and assets.changed(recorded) is None
     (repo / "refs").mkdir()
     (repo / "refs" / "main").write_text("d" * 40)  # main moves on
