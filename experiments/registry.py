@@ -43,23 +43,25 @@ METHODS: dict[str, Method] = {
     "pema_sizes": Method("pema.run:run", "pema", "pema.config:PemaSizesConfig", options=("pema",)),
     "pema_bench": Method("pema.run:run", "pema", "pema.config:PemaBenchConfig", options=("pema",)),
     "pema_scores": Method("pema.scores:run", "pema", "pema.config:PemaScoresConfig", options=("pema",), version=2),
-    "intrinsic_dim": Method("intrinsic_dim.run:run", "intrinsic_dim", "intrinsic_dim.config:IntrinsicDimConfig"),
+    "intrinsic_dim": Method("intrinsic_dim.run:run", "intrinsic_dim", "intrinsic_dim.config:IntrinsicDimConfig",
+                            check="intrinsic_dim.config:check"),
     "intrinsic_dim_bench": Method("intrinsic_dim.bench:run", "intrinsic_dim",
                                   "intrinsic_dim.config:IntrinsicDimBenchConfig"),
     "store_bench": Method("experiments.bench_store:run", "store", "experiments.bench_config:StoreBenchConfig"),
     "finetune_bench": Method("experiments.bench_finetune:run", "finetune",
                              "experiments.bench_config:FinetuneBenchConfig"),
-    "recycling": Method("recycling.run:run", "recycling", "recycling.config:RecyclingConfig"),
+    "recycling": Method("recycling.run:run", "recycling", "recycling.config:RecyclingConfig",
+                        check="recycling.config:check"),
     "recycling_bench": Method("recycling.bench:run", "recycling", "recycling.config:RecyclingBenchConfig"),
     # version 3: Eq. 1 loss, layer 4 prunes before its exit, paper-code at batch 1, paper tau grid, 3 timing seeds
-    "eat": Method("eat.run:run", "eat", "eat.config:EatConfig", version=3),
+    "eat": Method("eat.run:run", "eat", "eat.config:EatConfig", version=3, check="eat.config:check"),
     "eat_bench": Method("eat.bench:run", "eat", "eat.config:EatBenchConfig", version=3),
     # version 2: scalar mix sums in fp32 (bf16 no longer rounds small λ away); MNLI-mm scored on the mnli model
     # (eval_mismatched/*); GLUE checkpoints chosen on the paper's metric; eval/majority_f1_binary recorded
     # version 3: a cls/pair task's head is the one HF's *ForSequenceClassification builds (method.head=paper: BERT's
     # pretrained pooler, a decoder's bias-free score), not a fresh dense+tanh+linear; STS-B trains as a regression
     "layer_fusion": Method("layer_fusion.run:run", "layer_fusion", "layer_fusion.config:LayerFusionConfig",
-                           version=3),
+                           version=3, check="layer_fusion.config:check"),
     "layer_fusion_params": Method("layer_fusion.params:run", "layer_fusion",
                                   "layer_fusion.config:LayerFusionParamsConfig"),
     "layer_fusion_bench": Method("layer_fusion.bench:run", "layer_fusion",
@@ -67,7 +69,8 @@ METHODS: dict[str, Method] = {
     # version 2: the coref head's coarse prior on rank offsets, no dropout on its input, sub-token spans where the
     # sources share a tokenizer; quoref's aggregator at method.aggregator_lr (the CorefTarget build trains the head)
     "reverse_probing": Method("reverse_probing.run:run", "reverse_probing",
-                              "reverse_probing.config:ReverseProbingConfig", version=2),
+                              "reverse_probing.config:ReverseProbingConfig", version=2,
+                              check="reverse_probing.config:check"),
     "reverse_probing_source": Method("reverse_probing.sources:run", "reverse_probing",
                                      "reverse_probing.config:SourceConfig", version=2),
     "reverse_probing_cossim": Method("reverse_probing.cossim:run", "reverse_probing",
