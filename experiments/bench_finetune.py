@@ -4,7 +4,7 @@ model, data, batches and optimizer, interleaved in one process.
     python -m experiments.run experiment=finetune/bench_trainer              (minilm-l6 on rt-polarity, the CPU)
     python -m experiments.run experiment=finetune/bench_trainer hardware=gpu model=e5-small
 
-Each arm starts from a copy of one freshly built model (`experiments.finetune.prepare`: the finetune config's model
+Each arm starts from a copy of one freshly built model (`experiments.recipe.prepare`: the finetune config's model
 with its task head) and trains method.steps optimizer steps on the first method.steps batches of the run's epoch 0
 (`experiments.batches`, padded in advance and handed to both), with one AdamW and linear schedule built the suite's
 way (experiments.optim), the run's grad_accum, max_grad_norm and hardware.precision. A step is timed from its
@@ -33,8 +33,7 @@ from torch.utils.data import DataLoader
 
 from experiments import batches as B
 from experiments.context import RunContext
-from experiments.finetune import prepare, record_samples
-from experiments.models import tokenizer_fingerprint
+from experiments.recipe import prepare, record_samples
 from experiments.optim import adamw, linear_schedule, warmup_steps
 from experiments.timing import StepTimer, interleaved, summarize
 from experiments.train import fit
@@ -76,11 +75,10 @@ def measure(cfg: DictConfig, ctx: RunContext) -> dict:
         raise ValueError(f"method.steps={m.steps}, method.repeats={m.repeats}, method.warmup={m.warmup}: steps and "
                          "repeats must be >= 1, warmup >= 0")
     load_before = os.getloadavg()
-    tok, template, raw, train, evals = prepare(cfg)
-    ctx.tokenizer_fingerprint = tokenizer_fingerprint(tok)
-    record_samples(cfg, ctx, raw, train, evals)
+    tok, template, splits = prepare(cfg)
+    record_samples(cfg, ctx, splits)
     need = m.steps * tc.grad_accum
-    gen, n_batches = B.train_batches(train, hw.batch_size, tok.pad_token_id, cfg.seed, tc.group_by_length)
+    gen, n_batches = B.train_batches(splits.train, hw.batch_size, tok.pad_token_id, cfg.seed, tc.group_by_length)
     if n_batches < need:
         raise ValueError(f"method.steps={m.steps} x train.grad_accum={tc.grad_accum} needs {need} batches but the "
                          f"train split makes {n_batches} of hardware.batch_size={hw.batch_size}: lower method.steps "

@@ -3,13 +3,14 @@ for real in tests/test_run.py)."""
 import torch
 
 from experiments.context import RunContext
-from experiments.finetune import prepare
+from experiments.recipe import prepare
 from tests.conftest import compose
 
 
 def test_store_serves_layer_k_of_an_encoded_split_and_computes_only_what_is_missing(tmp_path):
     cfg = compose("debug=smoke", "task=wnut16")
-    tok, model, raw, train, evals = prepare(cfg)
+    tok, model, splits = prepare(cfg)
+    train = splits.train
     ctx = RunContext(output_dir=tmp_path, device=torch.device("cpu"), device_name="cpu", store_dir=tmp_path / "acts",
                      store_dtype="fp32")
     store = ctx.store()

@@ -65,7 +65,7 @@ def test_an_empty_split_is_refused_naming_task_split_and_file(tmp_path):
 
 def test_a_run_with_an_empty_eval_split_fails_before_training(smoke_cfg, tmp_path, monkeypatch):
     from experiments.run import execute
-    monkeypatch.setattr("experiments.finetune.fit", lambda *a, **k: pytest.fail("no training may start"))
+    monkeypatch.setattr("experiments.recipe.fit", lambda *a, **k: pytest.fail("no training may start"))
     rec = execute(smoke_cfg(f"task.fixture={_train_only_fixture(tmp_path)}", "on_error=record"), tmp_path / "run")
     assert rec["status"] == "failed" and "the eval split is empty" in rec["error"] and "no-eval.jsonl" in rec["error"]
 

@@ -26,12 +26,15 @@ def test_without_dev_the_eval_split_selects_as_before(smoke_cfg, tmp_path):
     assert not any(k.startswith("dev/") for k in rec["metrics"]) and "dev_examples" not in rec["n_samples"]
 
 
-def test_a_method_that_ignores_the_dev_split_is_stopped(smoke_cfg, tmp_path):
-    from experiments import finetune
+def test_the_recipe_encodes_dev_and_refuses_to_feed_it_token_ids_beside_custom_eval_inputs(smoke_cfg, tmp_path):
+    """A cache-fed model reads eval through its own inputs; choosing its checkpoint on dev through token ids would
+    score a different model, so the recipe refuses before any training."""
+    from experiments import recipe
     cfg = smoke_cfg("task.dev_from_train=0.25")
-    tok, model, raw, train, evals = finetune.prepare(cfg)
-    with pytest.raises(ValueError, match="encode_dev"):
-        finetune.fit_and_score(cfg, None, model, raw, evals, None, 0, tok.pad_token_id)
+    tok, model, splits = recipe.prepare(cfg)
+    assert splits.dev is not None and len(splits.dev) == len(splits.raw["dev"]) > 0
+    with pytest.raises(ValueError, match="pass dev_inputs"):
+        recipe.fit_and_score(cfg, None, model, splits, None, 0, tok.pad_token_id, eval_inputs=object())
 
 
 def test_cpu_budgets_carve_a_dev_split_from_train_for_every_offline_task():

@@ -65,7 +65,7 @@ def test_a_terminal_gets_a_tqdm_bar_and_no_lines(monkeypatch, caplog):
 
 def test_tokenisation_evaluation_and_the_store_report_long_work(monkeypatch, caplog, tmp_path):
     from experiments.evaluate import evaluate
-    from experiments.finetune import prepare
+    from experiments.recipe import prepare
     from experiments.store import ActivationStore
     from tests.conftest import compose
 
@@ -73,7 +73,8 @@ def test_tokenisation_evaluation_and_the_store_report_long_work(monkeypatch, cap
     monkeypatch.setattr(P, "INTERVAL_S", 0.0)  # every update is "long": each reports
     cfg = compose("debug=smoke", "task=wnut16")
     with caplog.at_level(logging.INFO, logger="experiments.progress"):
-        tok, model, raw, train, evals = prepare(cfg)
+        tok, model, splits = prepare(cfg)
+        raw, train, evals = splits.raw, splits.train, splits.evals
         with torch.inference_mode():  # as the trainer calls it
             evaluate(model, evals, raw["eval"], cfg.task, 4, torch.device("cpu"), tok.pad_token_id)
         ActivationStore(tmp_path / "acts", dtype=torch.float32).hidden_states(
