@@ -18,11 +18,11 @@ import json
 import re
 from pathlib import Path
 
-# overrides already in the base name or the path, or that change where/how a run is recorded, not what it computes
-NOT_IN_NAME = frozenset({
-    "task", "model", "method", "method.name", "method.variant", "seed", "hardware", "hardware.name", "experiment",
-    "debug", "exp_id", "paper", "publish", "force", "on_error", "allow_dirty", "results_dir", "logger", "store.dir",
-    "run_id"})
+from experiments.results import BOOKKEEPING, BOOKKEEPING_NESTED
+
+# overrides already in the base name or the path, and the bookkeeping (where/how a run is recorded, not what it computes)
+NOT_IN_NAME = frozenset({"task", "model", "method", "method.name", "method.variant", "seed", "hardware", "hardware.name",
+                         *BOOKKEEPING, *BOOKKEEPING_NESTED})
 _UNSAFE = re.compile(r"[^A-Za-z0-9._=,+\-]")
 # well under the 255-byte limit of a file name: the published file adds ".json", its temporary twin ~20 bytes more
 MAX_NAME = 200

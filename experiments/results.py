@@ -17,10 +17,14 @@ from experiments.files import config_key, write_json
 log = logging.getLogger(__name__)
 # 2: provenance (overrides, asset manifests, tokenizer fingerprint, method version, clean-tree flag); 1: legacy
 SCHEMA_VERSION = 2
-# keys that change where or how a run is recorded, not what it computes
-NOT_HASHED = ("publish", "force", "on_error", "logger", "exp_id", "results_dir", "paper", "experiment", "debug",
-              "allow_dirty", "run_id")
-NOT_HASHED_NESTED = (("store", "dir"),)  # the same content wherever the store lives
+# a record's bookkeeping: where or how a run is recorded, not what it computes. Declared once: the config hash, the
+# run's name (experiments.identity) and the report's groups (experiments.evidence) all leave these out
+BOOKKEEPING = ("publish", "force", "on_error", "logger", "exp_id", "results_dir", "paper", "experiment", "debug",
+               "allow_dirty", "run_id")
+BOOKKEEPING_NESTED = ("store.dir",)  # the same content wherever the store lives
+NOT_HASHED = BOOKKEEPING
+NOT_HASHED_NESTED = tuple(tuple(k.split(".")) for k in BOOKKEEPING_NESTED)
+NOT_GROUPED = frozenset({"seed", *BOOKKEEPING, *BOOKKEEPING_NESTED})  # the replicate and the bookkeeping
 # keys added to the schema after records were made: null in a config now means what their absence meant then, so
 # leaving them out of the hash while null keeps every earlier record's hash (a record pinning one hashes it)
 NULL_AS_ABSENT = (("model", "local_dir"), ("model", "revision"), ("task", "hf", "revision"),

@@ -37,3 +37,14 @@ def test_current_records_recompose_to_their_hash(paper):
         now = OmegaConf.to_container(compose(*r["overrides"]), resolve=True)
         assert config_hash(now) == r["config_hash"], \
             f"{f.relative_to(REPO)}: its overrides compose to another hash today (a key added with a non-null default?)"
+
+
+def test_every_bookkeeping_key_is_a_key_of_the_root_config():
+    """The hash, the run name and the report's groups leave out results.BOOKKEEPING: a key renamed in the schema but
+    not there would silently enter every record's hash."""
+    from experiments.identity import NOT_IN_NAME
+    from experiments.results import BOOKKEEPING, BOOKKEEPING_NESTED, NOT_GROUPED
+    cfg = compose()
+    for key in (*BOOKKEEPING, *BOOKKEEPING_NESTED):
+        assert OmegaConf.select(cfg, key, default="<absent>") != "<absent>", key
+        assert key in NOT_IN_NAME and key in NOT_GROUPED

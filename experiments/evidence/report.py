@@ -28,13 +28,12 @@ from experiments.evidence.stats import example_ci
 from experiments.metrics import declared, higher_is_better
 from experiments.evidence.paper_values import PaperValues, paper_values
 from experiments.identity import published_path
-from experiments.results import NOT_HASHED, legacy_reason, load_runs, read_json, write_json
+from experiments.results import NOT_GROUPED, legacy_reason, load_runs, read_json, write_json
 from experiments.evidence.tables import (GENERATED, Table, arrow, caps, delta, figure_link, fmt, label, natural, pyplot,
                                 save_figure, scale, summary)
 
 SHOWN = ("eval/", "test/", "time/")          # metric families of a generic table
 IDENTITY = ("task.name", "model.name", "method.name", "method.variant", "hardware.name")
-NOT_GROUPED = {"seed", *NOT_HASHED, "store.dir"}  # bookkeeping, not what a run computes
 
 
 # ---- generic per-experiment tables -------------------------------------------------------------------------------

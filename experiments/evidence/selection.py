@@ -14,10 +14,9 @@ from dataclasses import dataclass, field
 from statistics import mean
 
 from experiments.metrics import higher_is_better
-from experiments.results import NOT_HASHED
+from experiments.results import NOT_GROUPED
 
 SELECTIONS = ("best_dev", "best_dev:<config field>")  # the lr chosen on dev, or the value of another field
-NOT_GROUPED = {"seed", *NOT_HASHED}  # the replicate and bookkeeping: never part of a group
 
 
 class SelectionError(ValueError):
@@ -43,7 +42,7 @@ def group_key(record: dict) -> str:
     """What a record computes, but for its learning rate(s) and seed (and where it was recorded, store.dir)."""
     flat = flatten(record.get("config") or {})
     kept = {k: v for k, v in flat.items()
-            if k.split(".")[0] not in NOT_GROUPED and k != "store.dir" and not _is_lr(k)}
+            if k.split(".")[0] not in NOT_GROUPED and k not in NOT_GROUPED and not _is_lr(k)}
     return json.dumps(kept, sort_keys=True, default=str)
 
 
@@ -147,7 +146,7 @@ def best_dev_over(records: list[dict], path: str) -> list[dict]:
     groups: dict[str, dict[str, list[dict]]] = {}
     for r in dedupe(records):
         flat = flatten(r.get("config") or {})
-        kept = {k: v for k, v in flat.items() if k.split(".")[0] not in NOT_GROUPED and k != "store.dir"
+        kept = {k: v for k, v in flat.items() if k.split(".")[0] not in NOT_GROUPED and k not in NOT_GROUPED
                 and k != path and not k.startswith(path + ".")}
         value = json.dumps(flat.get(path), sort_keys=True, default=str)
         groups.setdefault(json.dumps(kept, sort_keys=True, default=str), {}).setdefault(value, []).append(r)
