@@ -31,7 +31,7 @@ import transformers
 from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import DataLoader
 
-from experiments import batches as B
+from experiments.batches import train_batches
 from experiments.context import RunContext
 from experiments.recipe import prepare, record_samples
 from experiments.optim import adamw, linear_schedule, warmup_steps
@@ -78,7 +78,7 @@ def measure(cfg: DictConfig, ctx: RunContext) -> dict:
     tok, template, splits = prepare(cfg)
     record_samples(cfg, ctx, splits)
     need = m.steps * tc.grad_accum
-    gen, n_batches = B.train_batches(splits.train, hw.batch_size, tok.pad_token_id, cfg.seed, tc.group_by_length)
+    gen, n_batches = train_batches(splits.train, hw.batch_size, tok.pad_token_id, cfg.seed, tc.group_by_length)
     if n_batches < need:
         raise ValueError(f"method.steps={m.steps} x train.grad_accum={tc.grad_accum} needs {need} batches but the "
                          f"train split makes {n_batches} of hardware.batch_size={hw.batch_size}: lower method.steps "

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from experiments import data as D
+from experiments import data
 
 
 class Cached:
@@ -38,5 +38,5 @@ class Cached:
         return {k: batch[k] for k in ("states", "attention_mask")}
 
     def batches(self, batch_size: int, seed: int):
-        order = D.epoch_order([s.shape[0] for s in self.states], batch_size, seed)
+        order = data.epoch_order([s.shape[0] for s in self.states], batch_size, seed)
         return (lambda epoch: (self.batch(chunk) for chunk in order(epoch))), -(-len(self.states) // batch_size)

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
-from experiments import metrics as M
+from experiments import metrics
 from experiments.batches import TokenInputs, eval_batches
 from experiments.data import is_regression, tag_ids
 from experiments.progress import Progress
@@ -76,14 +76,14 @@ def evaluate(model, features: datasets.Dataset, examples: datasets.Dataset, task
 def _classification(logits, features, examples, task):
     lg = np.stack(logits)
     if is_regression(task):  # one output per example: the predicted number itself (no classes, no majority)
-        return M.classification_metrics(list(task.metrics), lg[:, 0], np.asarray(features["labels"])), {}
+        return metrics.classification_metrics(list(task.metrics), lg[:, 0], np.asarray(features["labels"])), {}
     probs = np.exp(lg - lg.max(1, keepdims=True))
     probs /= probs.sum(1, keepdims=True)
     labels = np.asarray(features["labels"])
     preds = lg.argmax(1)
-    scores = M.classification_metrics(list(task.metrics), preds, labels, probs=probs)
+    scores = metrics.classification_metrics(list(task.metrics), preds, labels, probs=probs)
     # what a constant predictor scores: a claim whose arm does not beat it is not testable (experiments.evidence.claims)
-    scores.update(M.majority_baselines(labels, ["accuracy", *task.metrics]))
+    scores.update(metrics.majority_baselines(labels, ["accuracy", *task.metrics]))
     per_example = {"pred": preds.tolist(), "label": labels.tolist()} if np.issubdtype(labels.dtype, np.integer) else {}
     return scores, per_example
 
@@ -97,12 +97,12 @@ def _ner(logits, features, examples, task):
         for pos, w in enumerate(words[:len(lg)]):
             if w >= 0:
                 pred[i][w] = names[int(lg[pos].argmax())]
-    scores = M.seqeval_f1(pred, gold)
-    scores["token_f1"] = M.token_f1(pred, gold)
+    scores = metrics.seqeval_f1(pred, gold)
+    scores["token_f1"] = metrics.token_f1(pred, gold)
     if "token_macro_f1" in task.metrics:  # the recycling paper's NER score (O included), see conf/task/bc5cdr.yaml
-        scores["token_macro_f1"] = M.token_macro_f1(pred, gold)
+        scores["token_macro_f1"] = metrics.token_macro_f1(pred, gold)
     return ({k: v for k, v in scores.items() if k in task.metrics or k == "token_f1"},
-            {**M.entity_counts(pred, gold), **M.token_counts(pred, gold)})
+            {**metrics.entity_counts(pred, gold), **metrics.token_counts(pred, gold)})
 
 
 def best_span(start: np.ndarray, end: np.ndarray, offsets: list, max_len: int, top: int = 20):
@@ -130,5 +130,5 @@ def _qa(logits, features, examples, task):
             best[ex] = span
     contexts, answers = examples[context_field], examples[task.label_field]
     preds = [contexts[i][best[i][1]:best[i][2]] if i in best else "" for i in range(len(examples))]
-    per = M.squad_scores(preds, [a["text"] for a in answers])
+    per = metrics.squad_scores(preds, [a["text"] for a in answers])
     return {k: float(np.mean(v)) for k, v in per.items()}, per

@@ -313,7 +313,7 @@ def token_f1(pred_tags: list[list[str]], gold_tags: list[list[str]], ignore: str
 def token_macro_f1(pred_tags: list[list[str]], gold_tags: list[list[str]]) -> float:
     """Token-level macro F1 over every tag INCLUDING O: each word's tag is one classification, F1 per tag averaged
     unweighted over the tags seen in gold or predictions (sklearn f1_score(average="macro") on the flattened tags).
-    The recycling paper's NER "Macro F-1" (its spec §6.6), not seqeval's entity F1."""
+    The recycling paper's NER "Macro F-1" (its NER tables), not seqeval's entity F1."""
     _check_tags(pred_tags, gold_tags)
     gold = [t for s in gold_tags for t in s]
     if not gold:

@@ -1,6 +1,6 @@
 """Activation store: hidden states of a frozen model, computed once and read back instead of recomputed.
 
-Embedding Recycling's layer-k cache is this store (recycling/SPEC.md §1, §4); intrinsic dimension, reverse
+Embedding Recycling's layer-k cache is this store; intrinsic dimension, reverse
 probing and few-shot layer fusion read frozen hidden states from it too.
 
 Layout under `root/`:
