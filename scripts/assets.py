@@ -27,10 +27,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from experiments import REPO
 from experiments.assets import MANIFEST, cache_dir, staged, verify, write_manifest
 from scripts import downloads
 
-SCRIPTS = Path(__file__).resolve().parent
+SCRIPTS = REPO / "scripts"
 
 
 @dataclass(frozen=True)

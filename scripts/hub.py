@@ -27,7 +27,8 @@ from typing import Any, Callable, Iterable
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+from experiments import REPO
+
 CONF = REPO / "conf"
 MANIFEST = CONF / "hub_manifest.yaml"
 PARQUET_REF = "refs/convert/parquet"

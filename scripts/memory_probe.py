@@ -25,7 +25,6 @@ import functools
 import gc
 import itertools
 import json
-import os
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -34,7 +33,9 @@ from typing import Any, Sequence
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+from experiments import REPO
+from experiments.files import write_json
+
 CONF = REPO / "conf"
 MANIFEST = CONF / "hub_manifest.yaml"
 # (model, mode) pairs measured first: the ones closest to the card's edge
@@ -375,11 +376,7 @@ def run(probes: Sequence[Probe], out_path: Path, device: str, budget_s: float | 
 
 
 def write(path: Path, results: list[dict], device: str, tiny: bool, elapsed: float) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps({"device": device, "tiny": tiny, "elapsed_s": round(elapsed, 1),
-                               "probes": results}, indent=1))
-    os.replace(tmp, path)
+    write_json(path, {"device": device, "tiny": tiny, "elapsed_s": round(elapsed, 1), "probes": results})
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -22,7 +22,8 @@ from typing import Sequence
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+from experiments import REPO
+
 CONF = REPO / "conf"
 COSTS = CONF / "tier_costs.yaml"
 GROUPS = ("model", "task", "method", "hardware")
@@ -375,14 +376,14 @@ def check(papers: Sequence[str], hardware: str = "gpu", *, force: bool = False, 
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("paper", nargs="*", help="papers to check (default: every folder of conf/experiment)")
+    ap.add_argument("paper", nargs="*", help="papers to check (default: every registered paper with a GPU tier)")
     ap.add_argument("--hardware", default="gpu", help="the hardware config the tier runs with (default gpu)")
     ap.add_argument("--force", action="store_true", help="start although the estimated bytes exceed the free disk")
     ap.add_argument("--allow-dirty", action="store_true", help="publish from a tree with uncommitted changes")
     args = ap.parse_args(argv)
+    from experiments.registry import PAPERS
     from scripts import tier
-    papers = args.paper or [p.name for p in sorted((CONF / "experiment").iterdir())
-                            if p.is_dir() and tier.experiments(p.name, args.hardware)]
+    papers = args.paper or [p for p in PAPERS if tier.experiments(p, args.hardware)]
     return check(papers, args.hardware, force=args.force, allow_dirty=args.allow_dirty)
 
 

@@ -31,7 +31,9 @@ from typing import Callable, Sequence
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+from experiments import REPO
+from experiments.files import write_json
+
 CONF = REPO / "conf" / "experiment"
 SWEEPS = REPO / "outputs" / "sweeps"
 REFUSED = 2  # the exit code of a tier refused before any run (1: a run failed)
@@ -206,14 +208,14 @@ def run_tiers(tiers: Sequence[tuple[str, Sequence[str]]], hardware: str, launch:
         summary["wall_s"] = round(sum(e["wall_s"] for e in summary["experiments"]), 1)
         all_failed += failed
         if out_dir is not None:
-            _write(out_dir / f"{paper}-{hardware}.json", summary)
+            write_json(out_dir / f"{paper}-{hardware}.json", summary)
         state = f"{len(failed)} FAILED" if failed else "done"
         say(f"{head} {state}: {len(jobs)} runs ({ran} ran, {len(jobs) - ran} finished before) in {clock(took)}  "
             f"(elapsed {clock(time.perf_counter() - start)}{eta()})")
     for paper, summary in summaries.items():
         summary["complete"] = not summary["failed"]
         if out_dir is not None:
-            _write(out_dir / f"{paper}-{hardware}.json", summary)
+            write_json(out_dir / f"{paper}-{hardware}.json", summary)
     runs = sum(e["runs"] for s in summaries.values() for e in s["experiments"])
     say(f"== [{label}] {len(items)} experiments, {runs} runs, {len(all_failed)} failed in "
         f"{clock(time.perf_counter() - start)}")
@@ -255,13 +257,6 @@ def smoke(papers: Sequence[str], launch: Callable[[list[str]], int], sweeps: Pat
     return 1 if failed else 0
 
 
-def _write(path: Path, obj: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(obj, indent=1))
-    os.replace(tmp, path)  # atomic: a killed tier never leaves half a summary
-
-
 def estimates(path: Path = REPO / "conf" / "tier_costs.yaml") -> dict[str, float]:
     """<paper>/<name> -> the middle of its estimated GPU-hours (conf/tier_costs.yaml), for the ETA."""
     table = (yaml.safe_load(path.read_text()) or {}).get("gpu_hours") or {}
@@ -271,7 +266,7 @@ def estimates(path: Path = REPO / "conf" / "tier_costs.yaml") -> dict[str, float
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("paper", nargs="*", help="the papers to run, in order; with --list or --targets, the papers to "
-                    "describe (default: every folder of conf/experiment)")
+                    "describe (default: every registered paper)")
     ap.add_argument("--hardware", default="cpu", help="cpu (the cpu experiments) or a hardware config (gpu)")
     ap.add_argument("--list", action="store_true", help="print each experiment, its command and where its records "
                     "go (make list); runs nothing")
@@ -282,16 +277,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--allow-dirty", action="store_true", help="publish from a tree with uncommitted changes (each "
                     "record says so); without it such a tree is refused before any run")
     args = ap.parse_args(argv)
-    every = sorted(p.name for p in CONF.iterdir() if p.is_dir())
+    if not args.paper and (args.list or args.targets or args.smoke):
+        from experiments.registry import PAPERS  # lazy: make help and make list name the papers, on any python
+        args.paper = list(PAPERS)
     if args.list or args.targets:
-        print("\n".join((listing if args.list else targets)(args.paper or every, args.hardware)))
+        print("\n".join((listing if args.list else targets)(args.paper, args.hardware)))
         return 0
 
     def launch(overrides: list[str]) -> int:
         return subprocess.run([sys.executable, "-m", "experiments.run", "-m", *overrides], cwd=REPO).returncode
 
     if args.smoke:
-        return smoke(args.paper or every, launch)
+        return smoke(args.paper, launch)
     if not args.paper:
         ap.error("name the papers to run")
     hub = hub_online()

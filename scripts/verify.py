@@ -61,7 +61,8 @@ from typing import Sequence
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
+from experiments import REPO
+
 CONF = REPO / "conf"
 MAX_WALL_S = 120.0
 EXACT, THREADS_ONLY, LOOSE = 1e-9, 1e-6, 5e-3
@@ -434,7 +435,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=1, help="records drawn per paper (default 1)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the draw (default 0)")
-    ap.add_argument("--paper", nargs="+", help="papers to draw from (default: every paper under --results-dir)")
+    ap.add_argument("--paper", nargs="+", help="papers to draw from (default: every registered paper under "
+                    "--results-dir)")
     ap.add_argument("--results-dir", type=Path, default=REPO / "results", help="committed records (default results)")
     ap.add_argument("--record", nargs="+", type=Path, help="rerun exactly these record files (no draw)")
     ap.add_argument("--max-wall-s", type=float, default=MAX_WALL_S,
@@ -457,7 +459,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         cuda = _cuda()
         results = args.results_dir
-        papers = args.paper or sorted(p.name for p in results.iterdir() if p.is_dir())
+        from experiments.registry import PAPERS
+        papers = args.paper or sorted(p for p in PAPERS if (results / p).is_dir())
         unknown = [p for p in papers if not (results / p).is_dir()]
         if unknown:
             print(f"verify: no paper {', '.join(unknown)} under {results}; papers: "

@@ -43,11 +43,11 @@ from typing import Any
 
 import yaml
 
+from experiments import REPO
 from experiments.evidence import selection
 from experiments.evidence.records import _OPS
 from experiments.results import load_runs
 
-REPO = Path(__file__).resolve().parents[2]
 VERDICTS = ("holds", "does not hold", "inconclusive", "partly tested", "not testable here", "not run")
 # what a claim is: only `paper` claims say whether the paper holds; the rest are counted apart
 KINDS = ("paper", "target", "implementation", "by-construction", "premise")

@@ -27,7 +27,8 @@ from typing import Any
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
+from experiments import REPO
+
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when built in: the pure-Python parser is ~10x slower
 SHORT = 12  # characters of a commit written as `registered:`
 DEFINITION_KEYS = ("compare", "exact", "needs_signal", "requires")
@@ -416,7 +417,9 @@ def write_registered(text: str, regs: dict[str, str], path: Path | str = "<claim
 # ---------------------------------------------------------------- the command line
 
 def papers_in(repo: Path | str = REPO) -> list[str]:
-    return sorted(p.parent.name for p in Path(repo).glob("*/claims.yaml"))
+    """The registered papers with a claims.yaml in `repo`."""
+    from experiments.registry import PAPERS  # lazy: the registry imports every package's config
+    return sorted(p for p in PAPERS if (Path(repo) / p / "claims.yaml").is_file())
 
 
 def _dirty(repo: Path, rel: str) -> bool:
