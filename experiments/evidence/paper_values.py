@@ -20,7 +20,7 @@ from pathlib import Path
 
 import yaml
 
-from experiments.results import REPO
+from experiments import REPO
 
 SECTIONS = ("models", "tasks", "twins", "cells")
 CELL_KEYS = ("model", "task", "column", "metric", "value", "where")

@@ -27,7 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from experiments.evidence.claims import (REPO, SEED, Claim, ClaimsError, Comparison, Registry, Test, load_claims)
+from experiments import REPO
+from experiments.evidence.claims import SEED, Claim, ClaimsError, Comparison, Registry, Test, load_claims
 from experiments.evidence.records import (MISSING, SelectError, field_of, metric_name, multiplier, points, raw_value,
                                           select, short, value_of)
 from experiments.evidence.signal import SIGNAL_MARGIN_POINTS, Signal, run_name, signal
