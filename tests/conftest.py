@@ -7,32 +7,19 @@ os.environ["TOKENIZERS_PARALLELISM"] = "false"
 if os.environ.get("PYTEST_XDIST_WORKER"):  # one process per core (make test): one thread each, runs they start too
     os.environ["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS") or "1"
 
-from pathlib import Path
-
 import pytest
 import torch
 
 import experiments.registry  # noqa: F401  (registers the schemas before any compose)
-from experiments.assets import cache_dir, verify
-from experiments.config import compose as compose_config
+from experiments import REPO
+from experiments.assets import cache_dir
+from experiments.config import CONF, compose
+from tests.helpers.asset_cache import assets_ready
 
-REPO = Path(__file__).resolve().parent.parent
-CONF = REPO / "conf"
+# REPO, CONF and compose are re-exported for the package test modules that still import them from here
+__all__ = ["CONF", "REPO", "compose"]
 # one thread per xdist worker: two workers of two threads each on the 2-core reference machine run far slower
 torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS") or 2) if os.environ.get("PYTEST_XDIST_WORKER") else 2)
-MODELS = ("minilm-l6", "minilm-l3", "e5-small", "smollm2-135m", "gemma3-270m", "minilm-l6-pii")
-DATA = ("rt-polarity", "vitaminc", "wnut16", "squad-dev", "movie-reviews", "wiki-long", "winogrande", "coref-fixtures",
-        "winogrande-coref", "wsc273", "quoref")
-
-
-def compose(*overrides: str):
-    """The config `python -m experiments.run <overrides>` would get (without the hydra node)."""
-    return compose_config(*overrides)
-
-
-def assets_ready() -> bool:
-    return all(not verify(cache_dir() / "models" / m) for m in MODELS) and \
-        all(not verify(cache_dir() / "data" / d) for d in DATA)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -54,12 +41,21 @@ def pytest_sessionstart(session):
 @pytest.fixture
 def smoke_cfg(tmp_path, monkeypatch):
     """Compose a debug=smoke config whose outputs all land in tmp_path. The working tree counts as clean, so
-    publish=true works while a developer has uncommitted changes (tests/test_runner.py tests the refusal)."""
+    publish=true works while a developer has uncommitted changes (tests/test_run.py tests the refusal)."""
     monkeypatch.setattr("experiments.run.git_dirty", lambda: False)
 
     def make(*overrides: str):
         return compose("debug=smoke", f"results_dir={tmp_path / 'results'}", *overrides)
     return make
+
+
+@pytest.fixture
+def hub(monkeypatch):
+    """Serve tests/fixtures/hub (each a tiny copy of a hub dataset's layout) in place of `datasets.load_dataset`."""
+    import datasets
+
+    from tests.helpers import hub_data
+    monkeypatch.setattr(datasets, "load_dataset", hub_data.load_dataset)
 
 
 @pytest.fixture

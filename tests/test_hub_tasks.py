@@ -3,56 +3,19 @@
 source), is served in place of `datasets.load_dataset`, and the suite's real code paths read it: the train/eval loader,
 a one-step fine-tuning run scored with the task's metrics, and intrinsic_dim's prompts where it has a template. A
 renamed column, a missing split or label names out of the hub's order fail here, not in a GPU user's first run."""
-import json
-import re
-from pathlib import Path
-
 import datasets
 import pytest
 from omegaconf import OmegaConf
 
-from experiments import data as D
+from experiments import data
+from experiments.config import CONF, compose
 from experiments.models import byte_tokenizer
 from experiments.run import execute
-from intrinsic_dim import extract as X
-from intrinsic_dim import prompts as P
-from intrinsic_dim import run as IR
-from tests.conftest import CONF, REPO, compose
-from tests.helpers.hub_data import pick
+from intrinsic_dim import extract, prompts
+from intrinsic_dim.run import split_items
+from tests.helpers.hub_data import FIXTURES, fixture_path, load_fixture
 
-FIXTURES = REPO / "tests" / "fixtures" / "hub"
 HUB_TASKS = sorted(p.stem for p in (CONF / "task").glob("*.yaml") if OmegaConf.load(p).get("source") == "hub")
-
-
-def fixture_path(path: str, name: str | None) -> Path:
-    return FIXTURES / (path.replace("/", "--") + (f"--{name}" if name else "") + ".json")
-
-
-def load_fixture(path: str, name: str | None) -> tuple[dict, datasets.DatasetDict]:
-    """(the fixture document, its splits as the hub would return them: typed by the documented features)."""
-    f = fixture_path(path, name)
-    if not f.exists():
-        pytest.fail(f"no offline copy of hub dataset {path} ({name}): write {f.relative_to(REPO)} with a few rows in "
-                    "its documented schema (see the other files there)")
-    doc = json.loads(f.read_text())
-    assert doc["hub"] == {"path": path, "name": name} and doc["source"], f"{f.name}: hub id or source missing"
-    features = datasets.Features.from_dict(doc["features"])
-    return doc, datasets.DatasetDict({s: datasets.Dataset.from_list(rows, features=features)
-                                      for s, rows in doc["splits"].items()})
-
-
-@pytest.fixture
-def hub(monkeypatch):
-    """Serve the fixtures through `datasets.load_dataset` (what experiments.data calls for source=hub): by repo id
-    and config, or, for a repo read through a packaged builder, by the repo its hf://datasets/<repo>@<rev>/ files
-    name, or for one folder of a parquet export (data_dir), by that folder's config."""
-    def load_dataset(path, name=None, split=None, data_files=None, revision=None, data_dir=None, **kwargs):
-        if data_files:
-            path, name = re.match(r"hf://datasets/([^@]+)@", next(iter(data_files.values()))).group(1), None
-        name = name or data_dir
-        _, dd = load_fixture(path, name)
-        return pick(dd, split)
-    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
 
 
 def label_feature(ds: datasets.Dataset, field: str):
@@ -65,7 +28,7 @@ def test_hub_task_columns_labels_and_splits_match_its_dataset(name, hub):
     cfg = compose(f"task={name}")
     task = cfg.task
     doc, dd = load_fixture(task.hf.path, task.hf.name)
-    ds = D.load_splits(task, cfg.data)  # every split task.splits names must exist on the hub
+    ds = data.load_splits(task, cfg.data)  # every split task.splits names must exist on the hub
     assert set(ds) == set(task.splits) | ({"dev"} if task.dev_from_train else set())
     for split in ds.values():
         missing = [c for c in [*task.text_fields, task.label_field] if c not in split.column_names]
@@ -89,7 +52,7 @@ def _yaml(task: str):
 # regression (stsb): layer_fusion trains it (tests/layer_fusion/test_stsb.py, on its own fixture); here encoding
 # is its path
 REGRESSION = [t for t in HUB_TASKS if _yaml(t).type in ("cls", "pair") and not _yaml(t).get("label_names")]
-TRAINABLE = [t for t in HUB_TASKS if _yaml(t).type in D.TASK_TYPES and t not in REGRESSION]
+TRAINABLE = [t for t in HUB_TASKS if _yaml(t).type in data.TASK_TYPES and t not in REGRESSION]
 
 
 @pytest.mark.parametrize("name", TRAINABLE)
@@ -105,30 +68,30 @@ def test_hub_task_trains_one_step_and_scores_every_metric(name, hub, smoke_cfg, 
 @pytest.mark.parametrize("name", REGRESSION)
 def test_hub_regression_task_encodes(name, hub):
     cfg = compose(f"task={name}")
-    ds = D.load_splits(cfg.task, cfg.data)
+    ds = data.load_splits(cfg.task, cfg.data)
     for split, train in (("train", True), ("eval", False)):
-        enc = D.encode(ds[split], byte_tokenizer(), cfg.task, D.max_length(cfg.task, cfg.data), train=train)
+        enc = data.encode(ds[split], byte_tokenizer(), cfg.task, data.max_length(cfg.task, cfg.data), train=train)
         assert len(enc) == len(ds[split]) and all(isinstance(y, float) for y in enc["labels"])
 
 
-INTRINSIC = [t for t in HUB_TASKS if t in P.TEMPLATES]
+INTRINSIC = [t for t in HUB_TASKS if t in prompts.TEMPLATES]
 
 
 @pytest.mark.parametrize("name", INTRINSIC)
 def test_hub_task_renders_intrinsic_dim_prompts(name, hub):
     cfg = compose("method=intrinsic_dim", "model=tiny-llama", f"task={name}", "method.variant=icl-1",
                   "method.n_train=1", "method.n_eval=3")
-    pool, evals, _ = IR.split_items(cfg, unique=False)  # the recipe's hub splits (prompts.RECIPES)
-    items = P.render(name, evals)
-    prompts = P.build("icl", 1, items, P.render(name, pool))
-    assert len(prompts) == 3 and all(q in p for (q, _), p in zip(items, prompts))
-    assert len(X.tokenize(byte_tokenizer(), prompts, 4096)) == 3
+    pool, evals, _ = split_items(cfg, unique=False)  # the recipe's hub splits (prompts.RECIPES)
+    items = prompts.render(name, evals)
+    texts = prompts.build("icl", 1, items, prompts.render(name, pool))
+    assert len(texts) == 3 and all(q in p for (q, _), p in zip(items, texts))
+    assert len(extract.tokenize(byte_tokenizer(), texts, 4096)) == 3
 
 
 def test_a_split_the_hub_lacks_is_named_with_the_ones_it_has(hub):
     cfg = compose("task=jnlpba", "task.splits.eval=test")  # jnlpba's test set is its `validation`
     with pytest.raises(ValueError, match=r"has no split 'test'; its splits: train, validation\. Fix task\.splits"):
-        D.load_splits(cfg.task, cfg.data)
+        data.load_splits(cfg.task, cfg.data)
 
 
 def test_every_fixture_belongs_to_a_hub_task():

@@ -1,23 +1,17 @@
 """Run identity (experiments/identity.py): every experiment grid composed, every published path unique."""
-import itertools
 import json
 import random
 
 import pytest
-from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-from hydra.core.override_parser.overrides_parser import OverridesParser
-from omegaconf import OmegaConf, open_dict
+from omegaconf import OmegaConf
 
-from experiments import registry
-from experiments.config import compose as compose_config
+from experiments import REPO, registry
+from experiments.config import CONF
 from experiments.identity import MAX_NAME, artifact, override_key, published_path, run_name
 from experiments.results import write_json
 from experiments.run import check
-from tests.conftest import CONF, REPO
-
-EXPERIMENTS = sorted(str(p.relative_to(CONF / "experiment").with_suffix(""))
-                     for p in (CONF / "experiment").rglob("*.yaml"))
-GROUPS = ("model", "task", "method", "hardware")
+# compose_experiment, grid_jobs and GROUPS are re-exported for the package test modules that still import them here
+from tests.helpers.grids import EXPERIMENTS, GROUPS, compose_experiment, grid_jobs, job_configs  # noqa: F401
 
 
 def test_run_name_adds_every_override_outside_the_base():
@@ -80,38 +74,19 @@ def test_artifact_strips_the_paper_prefix():
     assert artifact("adhoc", "finetune") == "adhoc" and artifact("x/y", "finetune") == "x__y"
 
 
-def compose_experiment(exp: str, *overrides: str):
-    """(the job config, as the runner gets it, and its sweep params)."""
-    cfg = compose_config(f"experiment={exp}", *overrides, hydra_node=True)
-    params = cfg.hydra.sweeper.params or {}
-    with open_dict(cfg):
-        del cfg["hydra"]
-    return cfg, params
-
-
-def grid_jobs(params) -> list[list[str]]:
-    """The jobs of a -m sweep over the experiment's hydra.sweeper.params, as Hydra's basic sweeper expands them."""
-    parsed = OverridesParser.create().parse_overrides([f"{k}={v}" for k, v in params.items()])
-    return list(itertools.chain.from_iterable(BasicSweeper.split_arguments(parsed, None))) or [[]]
-
-
-@pytest.mark.slow  # every job of every grid (over 5,000) composed and checked: about 35 s, so make test runs it
+@pytest.mark.slow  # every job of every grid (over 5,000) composed and checked: 35 s to 2 min on 2 cores
 def test_every_experiment_grid_publishes_unique_paths_and_passes_the_runners_checks():
-    """Each experiment is composed; each job of its grid is applied to it. A group choice sets <group>.name (equal to
-    its file name: tested below) and a method choice is composed, as its defaults (variant) differ."""
+    """Each experiment is composed; each job of its grid is applied to it (tests/helpers/grids.py). Every job passes
+    the runner's refusals and publishes to a path of its own. A method with checks of its own runs only in its
+    paper's experiment folder, where tests/test_configs.py walks its jobs through them."""
     seen, n_jobs = {}, 0
     for exp in EXPERIMENTS:
-        base, params = compose_experiment(exp)
-        methods = {}
-        for job in grid_jobs(params):
-            choice = {o.key_or_group: o.value() for o in OverridesParser.create().parse_overrides(job)}  # [a,b]: a list
-            if "method" in choice and choice["method"] not in methods:
-                methods[choice["method"]] = compose_experiment(exp, f"method={choice['method']}")[0]
-            cfg = methods.get(choice.get("method"), base)
-            for k, v in choice.items():
-                OmegaConf.update(cfg, f"{k}.name" if k in GROUPS else k, v, force_add=True)
+        for job, cfg in job_configs(exp, copy=False):
             check(cfg, dirty=False)  # every job passes the runner's refusals (ranges, unknown keys, options)
-            paper = cfg.paper or registry.paper_of(cfg.method.name)
+            method = registry.METHODS[cfg.method.name]
+            assert not method.check or exp.startswith(f"{method.paper}/"), \
+                f"{exp} job {job} runs {cfg.method.name}, whose checks run on {method.paper}/ experiments only"
+            paper = cfg.paper or method.paper
             path = published_path("results", paper, cfg.exp_id, cfg.hardware.name, run_name(cfg.run_id, job))
             assert path not in seen, f"{exp} job {job} publishes {path}, as does {seen[path]}"
             seen[path] = (exp, job)

@@ -13,10 +13,9 @@ import datasets
 import pytest
 import yaml
 
-from tests.conftest import REPO
-from tests.helpers.hub_data import pick
+from experiments import REPO
+from tests.helpers.hub_data import FIXTURES, fixture_path, pick
 
-FIXTURES = REPO / "tests" / "fixtures" / "hub"
 MANIFEST = REPO / "conf" / "hub_manifest.yaml"
 ROWS = 30  # per split: enough for a job's n_eval / k / few-shot draws at their shrunk sizes
 _real_load_dataset = datasets.load_dataset
@@ -26,10 +25,6 @@ HF_FILES = re.compile(r"hf://datasets/([^@/]+/[^@/]+)")  # a hub repo's files, r
 
 def manifest_datasets() -> dict | None:
     return (yaml.safe_load(MANIFEST.read_text()) or {}).get("datasets") or {} if MANIFEST.exists() else None
-
-
-def fixture_file(path: str, name: str | None) -> Path:
-    return FIXTURES / (path.replace("/", "--") + (f"--{name}" if name else "") + ".json")
 
 
 def hub_config(path: str, name: str | None) -> dict | None:
@@ -53,7 +48,7 @@ def hub_config(path: str, name: str | None) -> dict | None:
 def donor(path: str, name: str | None) -> Path:
     """The fixture file whose rows serve (path, name): its own, else one config of the same dataset whose features
     the manifest says are the same (XNLI's and WikiANN's languages share one schema)."""
-    own = fixture_file(path, name)
+    own = fixture_path(path, name)
     if own.exists():
         return own
     want = (hub_config(path, name) or {}).get("features")

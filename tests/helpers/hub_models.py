@@ -21,7 +21,8 @@ from pathlib import Path
 import torch
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
+from experiments import REPO
+
 MANIFEST = REPO / "conf" / "hub_manifest.yaml"
 
 # the dims that make a model tiny, per config naming scheme; every other field of the hub config is kept
