@@ -40,8 +40,8 @@ METHODS: dict[str, Method] = {
     # PEMA's own methods read the pema option's settings (splits, keep_special, tied, ...)
     # version 2: V' counts the dev split the fine-tuned model reads beside train and eval
     "pema_vocab": Method("pema.run:run", "pema", "pema.config:PemaVocabConfig", options=("pema",), version=2),
-    "pema_sizes": Method("pema.run:run", "pema", "pema.config:PemaSizesConfig", options=("pema",)),
-    "pema_bench": Method("pema.run:run", "pema", "pema.config:PemaBenchConfig", options=("pema",)),
+    "pema_sizes": Method("pema.sizes:run", "pema", "pema.config:PemaSizesConfig", options=("pema",)),
+    "pema_bench": Method("pema.bench:run", "pema", "pema.config:PemaBenchConfig", options=("pema",)),
     "pema_scores": Method("pema.scores:run", "pema", "pema.config:PemaScoresConfig", options=("pema",), version=2),
     "intrinsic_dim": Method("intrinsic_dim.run:run", "intrinsic_dim", "intrinsic_dim.config:IntrinsicDimConfig",
                             check="intrinsic_dim.config:check"),

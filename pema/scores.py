@@ -28,11 +28,9 @@ import torch
 from omegaconf import DictConfig
 from torch import nn
 
-from experiments import batches as B
+from experiments import recipe
 from experiments.context import RunContext
 from experiments.evaluate import forward_logits, token_inputs
-from experiments.finetune import encode_dev, fit_and_score, prepare, record_samples
-from experiments.models import tokenizer_fingerprint
 from pema.hook import attach
 from pema.partial import find_owner, input_embedding
 
@@ -110,20 +108,17 @@ class Arms:
 
 def train_arms(cfg: DictConfig, ctx: RunContext, noise_floor: bool = False) -> Arms:
     """Both arms from one built model, one batch order and one RNG state (see the module docstring)."""
-    tok, template, raw, train, evals = prepare(cfg)
-    dev = encode_dev(cfg, tok, raw)
-    ctx.tokenizer_fingerprint = tokenizer_fingerprint(tok)
-    record_samples(cfg, ctx, raw, train, evals)
-    batches, n_batches = B.train_batches(train, cfg.hardware.batch_size, tok.pad_token_id, cfg.seed,
-                                         cfg.train.group_by_length, **B.loading(cfg.hardware, ctx.device))
+    tok, template, splits = recipe.prepare(cfg)
+    recipe.record_samples(cfg, ctx, splits)
+    batches, n_batches = recipe.token_batches(cfg, ctx, splits.train, tok.pad_token_id)
     start = _rng_state(ctx.device)
-    features = {"train": train, "eval": evals, **({"dev": dev} if dev is not None else {})}
+    features = {"train": splits.train, "eval": splits.evals, **({"dev": splits.dev} if splits.dev is not None else {})}
 
     def train_arm(pema: bool) -> tuple[nn.Module, dict[str, float]]:
         model = copy.deepcopy(template)
         attached = attach(cfg.pema, model, tok, features, ctx.output_dir) if pema else None
         _set_rng_state(start)  # the same dropout masks in every arm
-        metrics = fit_and_score(cfg, ctx, model, raw, evals, batches, n_batches, tok.pad_token_id, dev=dev)
+        metrics = recipe.fit_and_score(cfg, ctx, model, splits, batches, n_batches, tok.pad_token_id)
         if attached is not None:
             metrics.update(attached.finish(model, ctx.device))  # E' merged back: a full-vocabulary model again
         return model, metrics
@@ -138,7 +133,7 @@ def train_arms(cfg: DictConfig, ctx: RunContext, noise_floor: bool = False) -> A
     ctx.extra["history_full"] = hist_full
     if pe_full is not None:
         ctx.per_example["eval_full"] = pe_full
-    return Arms(full, part, m_full, m_pema, evals, tok.pad_token_id, again)
+    return Arms(full, part, m_full, m_pema, splits.evals, tok.pad_token_id, again)
 
 
 @contextlib.contextmanager

@@ -1,16 +1,17 @@
 """Equivalence (paper §4 "no effect on task performance"): fine-tuning with PEMA yields the same full model as without,
-through the suite's own pipeline (prepare -> pema.hook.attach -> experiments.train.fit -> merge), under the conditions
-of spec §5.5: no weight decay on the embedding rows, the pad id fixed, the same data order. Where weight decay is on,
-the test documents the difference: rows outside V' decay in the baseline and stay pre-trained with PEMA, while every
-row PEMA trains and every logit on the task's data stay equal."""
+through the suite's own pipeline (recipe.prepare -> pema.hook.attach -> experiments.train.fit -> merge), under the
+conditions exact equality needs: no weight decay on the embedding rows (decoupled decay moves the rows outside V' in
+the baseline only), the pad id fixed (RoBERTa-style models derive positions from it), the same data order. Where
+weight decay is on, the test documents the difference: rows outside V' decay in the baseline and stay pre-trained
+with PEMA, while every row PEMA trains and every logit on the task's data stay equal."""
 import copy
 
 import pytest
 import torch
 
-from experiments import batches as B
+from experiments import recipe
+from experiments.batches import train_batches
 from experiments.evaluate import token_inputs
-from experiments.finetune import prepare
 from experiments.train import fit
 from pema.hook import attach
 from tests.conftest import compose
@@ -22,7 +23,7 @@ TOL = 1e-6
 def finetune(cfg, tok, model, train, evals, pema: bool, tmp_path):
     """What method=finetune does, returning the (merged) model."""
     a = attach(cfg.pema, model, tok, {"train": train, "eval": evals}, tmp_path) if pema else None
-    batches, n = B.train_batches(train, cfg.hardware.batch_size, tok.pad_token_id, cfg.seed, True)
+    batches, n = train_batches(train, cfg.hardware.batch_size, tok.pad_token_id, cfg.seed, True)
     torch.manual_seed(cfg.seed)  # dropout masks
     fit(model, batches, n, cfg.train, evaluate=lambda m: {"eval/none": 0.0}, objective="eval/none",
         higher_is_better=True, device=torch.device("cpu"))
@@ -33,7 +34,8 @@ def finetune(cfg, tok, model, train, evals, pema: bool, tmp_path):
 def both_arms(tmp_path, *overrides):
     cfg = compose(*overrides, "train.eval_every=1000", "train.patience=0", "train.progress=false")
     torch.manual_seed(0)
-    tok, model, raw, train, evals = prepare(cfg)
+    tok, model, splits = recipe.prepare(cfg)
+    train, evals = splits.train, splits.evals
     init = copy.deepcopy(model)
     full, _, _ = finetune(cfg, tok, model, train, evals, False, tmp_path)
     part, a, metrics = finetune(cfg, tok, copy.deepcopy(init), train, evals, True, tmp_path)

@@ -1,13 +1,14 @@
 """method=pema_scores on tiny-bert + fixtures: both arms in one process, and the largest |Δ logit| and |Δ weight|
-between them. Known answers: exactly 0 on CPU with weight decay 0 (spec §5.5); with decoupled weight decay the
-baseline decays the embedding rows outside V' and PEMA does not, so the weights (and the logits of any text that
-uses those tokens) differ, while the task's own data reads only rows of V'."""
+between them. Known answers: exactly 0 on CPU with weight decay 0 (CPU kernels are deterministic); with decoupled
+weight decay the baseline decays the embedding rows outside V' and PEMA does not, so the weights (and the logits of
+any text that uses those tokens) differ, while the task's own data reads only rows of V'."""
 from pathlib import Path
 
 import pytest
 import torch
 
 from experiments.context import RunContext
+from experiments.models import byte_tokenizer, tokenizer_fingerprint
 from experiments.run import execute
 from pema import scores
 from tests.conftest import compose
@@ -37,6 +38,7 @@ def test_zero_weight_decay_gives_identical_arms(smoke_cfg, tmp_path, task):
     assert m["pema/vocab_used"] < m["pema/vocab_rows"]  # PEMA did remove rows
     assert rec["per_example"]["eval"] == rec["per_example"]["eval_full"]
     assert m["time/train_s"] > 0 and m["time/full_train_s"] > 0
+    assert rec["provenance"]["tokenizer"] == tokenizer_fingerprint(byte_tokenizer())  # the one tokenizer it loaded
 
 
 def test_weight_decay_moves_only_the_unused_rows_of_the_baseline(tmp_path):
