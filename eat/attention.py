@@ -1,9 +1,10 @@
 """Attention kernels for EAT: dense, the paper-code masked-dense window, and a banded window whose cost is linear in T.
 
-Spec: eat/SPEC.md §1.3, §5. All take per-head tensors q, k, v of shape (B, H, T, dh); the softmax scale is
-1/sqrt(dh) (BERT). Rows may have been shortened by physical token pruning, so each row carries the ORIGINAL positions
-``pos`` (B, T) of its surviving tokens: strictly increasing over the valid slots, slot 0 = [CLS] (position 0), padding
-at the end (``valid`` False). Outputs of padded query rows are finite but meaningless.
+The paper's pattern [P]: each token sees ±16 positions plus a global [CLS], which sees every token, at a cost O(T·k)
+[P §5]; the official code builds it as a dense mask [R]. All take per-head tensors q, k, v of shape (B, H, T, dh);
+the softmax scale is 1/sqrt(dh) (BERT). Rows may have been shortened by physical token pruning, so each row carries the
+ORIGINAL positions ``pos`` (B, T) of its surviving tokens: strictly increasing over the valid slots, slot 0 = [CLS]
+(position 0), padding at the end (``valid`` False). Outputs of padded query rows are finite but meaningless.
 
 The window rule [R] (official code): key j is visible to query i iff both are valid and
 (|pos_i - pos_j| <= window or i == 0 or j == 0), i.e. i-16 … i+16 inclusive (33 keys with self) plus global [CLS].
@@ -23,9 +24,9 @@ dh=64, window=16, all tokens valid, median ms of 40 interleaved repeats, two run
     dense          3.4   13.3   52.6    212   1.99 / 1.98
     banded         1.05   2.5    5.2   10.0   1.07 / 1.11
 
-With 2 threads on that box (load ~3 on 2 cores) the numbers are oversubscription noise, not kernel cost: dense
-6–8 / 15–16 / 57–59 / 220–227 ms, banded 1.4 / 6.1 / 8.5 / 128 ms in one run and 88 / 128 / 125 / 130 ms in the next
-(the kernel's ~15 small ops each wait for the second core; dense is a few large ones). Use 1 thread there.
+With 2 threads on that box (load ~3 on 2 cores) the numbers are oversubscription noise, not kernel cost:
+dense 6–8 / 15–16 / 57–59 / 220–227 ms, banded 1.4 / 6.1 / 8.5 / 128 ms in one run and 88 / 128 / 125 / 130 ms in the
+next (the kernel's ~15 small ops each wait for the second core; dense is a few large ones). Use 1 thread there.
 
 Alternatives, same settings, 1 thread, T=512 / 4096, each beside this kernel in one process:
   - this kernel (chunk 32) 1.2 / 9.8 ms; chunk 16: 1.2 / 10.0; chunk 64: 1.5 / 11.0. The same chunks with an explicit
@@ -38,7 +39,7 @@ Alternatives, same settings, 1 thread, T=512 / 4096, each beside this kernel in 
     is evaluated over T²) 17.5 / 310 ms, beside banded 3.0 / 9.9 and dense 4.0 / 212; ~18 s compile; no dropout with a
     mask. Not kept.
   - paper-code ``masked_attention(window_mask(...))``: 4.7 / 892 ms beside dense 3.6 / 429 (a loaded run): slower than
-    dense, as spec §5 expects.
+    dense, as it must be: the mask is applied to the whole (T, T) product.
 Short rows (H=12, 1 thread): B=1, T=64: masked 0.24 ms vs chunked 0.36; T=128: chunked 0.40–0.61 vs masked 0.49–0.78
 (dh 32 / 64); B=32, dh=32: chunked 18.5 / 40.7 / 46.6 ms vs masked 17.2 / 36.2 / 60.4 at T=128 / 192 / 256. So
 ``method="auto"`` takes the masked-dense path when one key span covers the row (T <= chunk + 2·window = 64); between 64

@@ -27,26 +27,20 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from eat import run as R
+from eat import config
+from eat.inference import layer_stats, predict, shape_of
 from eat.model import EatModel, Settings
-from experiments import data as D
+from eat.training import load_data, prepare, settings_of
+from experiments import data
 from experiments.config import ModelConfig, TaskConfig, load_group
 from experiments.context import RunContext
-from experiments.models import load_tokenizer, tokenizer_fingerprint
-from experiments.timing import sync
+from experiments.models import load_tokenizer
+from experiments.timing import Clock, interleaved
 
 log = logging.getLogger(__name__)
 COMPONENTS = ("prune", "window", "exit")
 FULL = "eat:prune+window+exit"  # the contender whose per-layer statistics are extra.layers
 LONG_BATCH = 8  # length: documents of up to 512 tokens per scoring batch
-
-
-def _arm(cfg: DictConfig, variant: str, model: DictConfig | None = None) -> DictConfig:
-    over = {"method": {"variant": variant, "name": "eat"}}
-    out = OmegaConf.merge(cfg, over)
-    if model is not None:
-        out.model = model
-    return out
 
 
 def ablation(s: Settings) -> dict[str, Settings]:
@@ -94,13 +88,13 @@ def _contenders(dense: EatModel, eat: EatModel, base: EatModel | None) -> dict[s
 
 
 def _rows(feats, n: int, seed: int) -> list[dict]:
-    rows = D.rows_of(feats)
+    rows = data.rows_of(feats)
     order = np.random.default_rng(seed).permutation(len(rows))[:n]
     return [rows[i] for i in order]
 
 
 def _batch(rows: list[dict], pad: int, device) -> dict[str, torch.Tensor]:
-    return {k: v.to(device) for k, v in D.collate(rows, pad).items() if k != "labels"}
+    return {k: v.to(device) for k, v in data.collate(rows, pad).items() if k != "labels"}
 
 
 def _boot_ratio(base: np.ndarray, other: np.ndarray, n_boot: int, seed: int, q: float = 50) -> list[float]:
@@ -117,15 +111,15 @@ def _boot_diff(a: np.ndarray, b: np.ndarray, n_boot: int, seed: int) -> np.ndarr
     return 100 * (a[idx].mean(1) - b[idx].mean(1))
 
 
-def _trained(cfg: DictConfig, ctx: RunContext, data: R.Data, baseline: bool = True):
+def _trained(cfg: DictConfig, ctx: RunContext, tok, splits, baseline: bool = True):
     """The arms method=eat trains (reused from its checkpoint cache when the same training exists), in eval mode; on a
     GPU in the hardware's half precision (the paper times fp16 at batch 1 [P §6])."""
-    _, eat, _, sel = R.prepare(_arm(cfg, "eat"), ctx, data)
-    _, dense, _, _ = R.prepare(_arm(cfg, "dense"), ctx, data)
+    eat, _, sel = prepare(config.arm(cfg, "eat"), ctx, tok, splits)
+    dense, _, _ = prepare(config.arm(cfg, "dense"), ctx, tok, splits)
     base = None
     if baseline and cfg.method.baseline_model:
-        bcfg = _arm(cfg, "dense", load_group("model", cfg.method.baseline_model, ModelConfig, "method.baseline_model"))
-        _, base, _, _ = R.prepare(bcfg, ctx)
+        shallower = load_group("model", cfg.method.baseline_model, ModelConfig, "method.baseline_model")
+        base, _, _ = prepare(config.arm(cfg, "dense", shallower), ctx)
     half = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(cfg.hardware.precision)
     for model in (dense, eat, base):
         if model is not None:
@@ -137,10 +131,10 @@ def _trained(cfg: DictConfig, ctx: RunContext, data: R.Data, baseline: bool = Tr
 
 def _scores(contenders: dict[str, Arm], feats, batch_size, pad, dev, layers: int) -> tuple[dict, dict, dict]:
     """Accuracy (percent), depth and retention of every contender over `feats`, each contender's per-example
-    correctness, and our loop's predictions (eat.run.predict: per-layer counts too). A batch-exit contender is scored
-    at batch 1, as it is timed (eat.run.predict: at batch 1 the official batch rule is a per-example exit; at batch
-    32 it rarely exits, as the paper's bs = 32 rows show)."""
-    rows, labels = D.rows_of(feats), np.asarray(feats["labels"])
+    correctness, and our loop's predictions (eat.inference.predict: per-layer counts too). A batch-exit contender is
+    scored at batch 1, as it is timed (eat.inference.predict: at batch 1 the official batch rule is a per-example exit;
+    at batch 32 it rarely exits, as the paper's bs = 32 rows show)."""
+    rows, labels = data.rows_of(feats), np.asarray(feats["labels"])
     correct, out, preds = {}, {}, {}
     for name, arm in contenders.items():
         if arm.settings is None:
@@ -148,7 +142,7 @@ def _scores(contenders: dict[str, Arm], feats, batch_size, pad, dev, layers: int
                             for i in range(0, len(rows), batch_size)])
             p = {"logits": lg.numpy(), "depth": np.full(len(rows), layers), "retention": np.ones(len(rows))}
         else:
-            p = preds[name] = R.predict(arm.model, feats, pad, batch_size, dev, arm.settings)
+            p = preds[name] = predict(arm.model, feats, pad, batch_size, dev, arm.settings)
         correct[name] = (p["logits"].argmax(-1) == labels).astype(float)
         out[f"acc/{name}"] = 100 * float(correct[name].mean())
         out[f"depth/{name}"] = float(np.mean(p["depth"]))
@@ -156,34 +150,30 @@ def _scores(contenders: dict[str, Arm], feats, batch_size, pad, dev, layers: int
     return out, correct, preds
 
 
-def _batch1(contenders, rows, warmup: int, pad, dev) -> dict[str, np.ndarray]:
+def _batch1(contenders, rows, warmup: int, pad, dev, clock: Clock = time.perf_counter) -> dict[str, np.ndarray]:
     """ms per example at batch 1, each example through every contender in turn (after `warmup` untimed examples)."""
     lat = {name: [] for name in contenders}
     for j, row in enumerate(rows):
         b = _batch([row], pad, dev)
-        for name, fn in contenders.items():
-            sync(dev)
-            t0 = time.perf_counter()
-            fn(b)
-            sync(dev)
-            if j >= warmup:
-                lat[name].append(1e3 * (time.perf_counter() - t0))
+        calls = {name: (lambda fn=fn: fn(b)) for name, fn in contenders.items()}
+        timed = j >= warmup
+        for name, ts in interleaved(calls, repeats=int(timed), warmup=int(not timed), device=dev, clock=clock).items():
+            lat[name] += [1e3 * t for t in ts]
     return {k: np.asarray(v) for k, v in lat.items()}
 
 
-def _throughput(contenders, rows, batch_size: int, rounds: int, pad, dev) -> dict[str, float]:
+def _throughput(contenders, rows, batch_size: int, rounds: int, pad, dev,
+                clock: Clock = time.perf_counter) -> dict[str, float]:
     """Examples per second at `batch_size`: the median of `rounds` interleaved passes over `rows` (after one more)."""
     batches = [_batch(rows[i:i + batch_size], pad, dev) for i in range(0, len(rows), batch_size)]
-    passes = {name: [] for name in contenders}
-    for r in range(rounds + 1):
-        for name, fn in contenders.items():
-            sync(dev)
-            t0 = time.perf_counter()
+
+    def passing(fn):
+        def one_pass():
             for b in batches:
                 fn(b)
-            sync(dev)
-            if r:
-                passes[name].append(time.perf_counter() - t0)
+        return one_pass
+    passes = interleaved({name: passing(fn) for name, fn in contenders.items()}, repeats=rounds, warmup=1, device=dev,
+                         clock=clock)
     return {name: len(rows) / statistics.median(ts) for name, ts in passes.items()}
 
 
@@ -229,16 +219,16 @@ def _speed(out: dict, lat: dict, correct: dict, n_boot: int, seed: int) -> tuple
     return reps, ref
 
 
-def _best_on_dev(cfg, data, contenders, pad, dev, layers: int) -> tuple[str | None, dict]:
+def _best_on_dev(cfg, splits, contenders, pad, dev, layers: int) -> tuple[str | None, dict]:
     """The EAT setting a user would deploy, chosen on dev: of the component subsets whose dev accuracy stays within
     method.tau_tolerance points of dense, the one with the lowest batch-1 p50 on `n_dev_latency` dev examples."""
     m = cfg.method
-    if data.dev is None:
+    if splits.dev is None:
         return None, {}
     subsets = {k: v for k, v in contenders.items() if k.startswith("eat:") or k == "dense"}
-    acc, _, _ = _scores(subsets, data.dev, cfg.hardware.eval_batch_size, pad, dev, layers)
-    n = min(len(data.dev), m.n_dev_latency)
-    lat = _batch1(subsets, _rows(data.dev, n, cfg.seed + 1), min(m.warmup, n // 4), pad, dev)
+    acc, _, _ = _scores(subsets, splits.dev, cfg.hardware.eval_batch_size, pad, dev, layers)
+    n = min(len(splits.dev), m.n_dev_latency)
+    lat = _batch1(subsets, _rows(splits.dev, n, cfg.seed + 1), min(m.warmup, n // 4), pad, dev)
     table = {k: {"acc": acc[f"acc/{k}"], "p50_ms": float(np.median(lat[k]))} for k in subsets}
     ok = [k for k in subsets if k != "dense" and table[k]["acc"] - table["dense"]["acc"] >= -m.tau_tolerance]
     best = min(ok, key=lambda k: table[k]["p50_ms"]) if ok else None
@@ -252,24 +242,23 @@ def _layers(preds: dict, contenders: dict[str, Arm], name: str = FULL) -> dict:
     if name not in preds:
         return {}
     arm = contenders[name]
-    return {**R.shape_of(preds[name], arm.model, arm.settings), "layers_of": name,
-            "layers_by_contender": {k: R.layer_stats(p, contenders[k].settings) for k, p in preds.items()}}
+    return {**shape_of(preds[name], arm.model, arm.settings), "layers_of": name,
+            "layers_by_contender": {k: layer_stats(p, contenders[k].settings) for k, p in preds.items()}}
 
 
 def latency(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
     m, dev = cfg.method, ctx.device
-    data = R.load_data(cfg)
-    rows = D.rows_of(data.evals)
+    tok, splits = load_data(cfg)
+    rows = data.rows_of(splits.evals)
     if m.warmup + m.n_latency > len(rows):
         raise ValueError(f"method.warmup + method.n_latency = {m.warmup + m.n_latency} but task={cfg.task.name} has "
                          f"{len(rows)} eval examples: lower method.n_latency")
-    ctx.tokenizer_fingerprint = tokenizer_fingerprint(data.tok)
-    dense, eat, base, sel = _trained(cfg, ctx, data)
-    pad = data.tok.pad_token_id
+    dense, eat, base, sel = _trained(cfg, ctx, tok, splits)
+    pad = tok.pad_token_id
     contenders = _contenders(dense, eat, base)
     with torch.inference_mode():
-        best, on_dev = _best_on_dev(cfg, data, contenders, pad, dev, dense.num_layers)
-        out, correct, preds = _scores(contenders, data.evals, cfg.hardware.eval_batch_size, pad, dev,
+        best, on_dev = _best_on_dev(cfg, splits, contenders, pad, dev, dense.num_layers)
+        out, correct, preds = _scores(contenders, splits.evals, cfg.hardware.eval_batch_size, pad, dev,
                                       dense.num_layers)
         if best is not None:  # timed and scored on eval as a contender of its own (its scores are best's)
             contenders["eat:best"] = contenders[best]
@@ -302,19 +291,15 @@ def length(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
     Each timing seed times its own random share of the documents (1/len(timing_seeds) of them after its warm-up:
     three seeds cost about what one pass over every document did)."""
     m, dev = cfg.method, ctx.device
-    long_task = load_group("task", m.long_task, TaskConfig, "method.long_task")  # refused before any training
-    if len(long_task.label_names) != len(cfg.task.label_names):
-        raise ValueError(f"method.long_task={m.long_task} has {len(long_task.label_names)} labels, task="
-                         f"{cfg.task.name} {len(cfg.task.label_names)}: the arms cannot read it")
-    data = R.load_data(cfg)
-    ctx.tokenizer_fingerprint = tokenizer_fingerprint(data.tok)
-    dense, eat, _, _ = _trained(cfg, ctx, data, baseline=False)
-    raw = D.load_splits(long_task, OmegaConf.merge(cfg.data, {"limit_eval": m.n_long, "max_length": None}))
-    feats = D.encode(raw["eval"], data.tok, long_task, long_task.max_length, train=False)
-    pad = data.tok.pad_token_id
+    long_task = load_group("task", m.long_task, TaskConfig, "method.long_task")  # eat.config.check read it already
+    tok, splits = load_data(cfg)
+    dense, eat, _, _ = _trained(cfg, ctx, tok, splits, baseline=False)
+    raw = data.load_splits(long_task, OmegaConf.merge(cfg.data, {"limit_eval": m.n_long, "max_length": None}))
+    feats = data.encode(raw["eval"], tok, long_task, long_task.max_length, train=False)
+    pad = tok.pad_token_id
     contenders = {k: v for k, v in _contenders(dense, eat, None).items()
                   if k in ("dense", "dense_hf", "eat:window", "eat:prune+window", FULL, "paper_code")}
-    rows = D.rows_of(feats)
+    rows = data.rows_of(feats)
     warmup = min(m.warmup, len(rows) // 4)
     share = max(1, (len(rows) - warmup) // len(m.timing_seeds))
     with torch.inference_mode():
@@ -338,7 +323,7 @@ def length(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
 
 def _long_sequences(tok, lengths: list[int], n: int) -> dict[int, list[list[int]]]:
     """n sequences of exactly T real tokens per T: [CLS] + running English Wikipedia text (wiki-long)."""
-    texts = D.long_texts(min_words=0)
+    texts = data.long_texts(min_words=0)
     stream = []
     for t in texts:
         stream += tok(t, add_special_tokens=False)["input_ids"]
@@ -355,7 +340,6 @@ def scaling(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
     from transformers import BertConfig, BertModel
     m, dev = cfg.method, ctx.device
     tok = load_tokenizer(cfg.model)
-    ctx.tokenizer_fingerprint = tokenizer_fingerprint(tok)
     shape = dict(m.scaling_shape)
     torch.manual_seed(cfg.seed)
     enc = BertModel(BertConfig(vocab_size=len(tok), max_position_embeddings=max(m.lengths), **shape),
@@ -363,24 +347,24 @@ def scaling(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
     n = shape["num_hidden_layers"]
     after = tuple(l for l in m.prune_after if l < n)
     model = EatModel(enc, 2, exit_layer=None, settings=Settings(prune_after=after)).to(dev).eval()
-    s = replace(R.settings_of(OmegaConf.merge(cfg.method, {"variant": "eat"})), prune_after=after, tau=None)
+    s = replace(settings_of(OmegaConf.merge(cfg.method, {"variant": "eat"})), prune_after=after, tau=None)
     arms = {"dense": s.dense(), "window": replace(s, prune_ratio=0.0), "eat": s,
             "paper_code": replace(s, prune_rule="repo", prune_mode="mask", kernel="masked")}
     seqs = _long_sequences(tok, list(m.lengths), 1)
     out, per = {}, {name: {} for name in arms}
+
+    def forward(st: Settings, b: dict):
+        def call():
+            with model.using(st):
+                model(**b)
+        return call
     for T in m.lengths:
         ids = torch.tensor(seqs[T], device=dev)
         b = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-        times = {name: [] for name in arms}
-        for r in range(m.repeats + 1):
-            for name, st in arms.items():
-                sync(dev)
-                t0 = time.perf_counter()
-                with model.using(st):
-                    model(**b)
-                sync(dev)
-                if r:
-                    times[name].append(1e3 * (time.perf_counter() - t0))
+        # one untimed round first, then m.repeats rounds of every arm in turn
+        calls = {name: forward(st, b) for name, st in arms.items()}
+        times = {name: [1e3 * t for t in ts]
+                 for name, ts in interleaved(calls, repeats=m.repeats, warmup=1, device=dev).items()}
         for name, ts in times.items():
             per[name][T] = np.asarray(ts)
             out[f"scaling/{name}_ms@{T}"] = float(np.median(ts))
@@ -402,22 +386,9 @@ def scaling(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
     return out
 
 
-VARIANTS = {"latency": latency, "scaling": scaling, "length": length}
-
-
-def check(cfg: DictConfig) -> None:
-    """Refusals before any work: the bench variant, and the arms it trains (eat.run.check)."""
-    if cfg.method.variant not in VARIANTS:
-        raise ValueError(f"method.variant={cfg.method.variant!r} is not one of {', '.join(VARIANTS)} for "
-                         "method=eat_bench (the training arms dense | eat | paper_code are method=eat's)")
-    seeds = list(cfg.method.timing_seeds)
-    if not seeds or len(set(seeds)) != len(seeds):
-        raise ValueError(f"method.timing_seeds={seeds}: give one or more distinct seeds (the paper averages three "
-                         "timing runs: [0, 1, 2])")
-    if cfg.method.variant != "scaling":
-        R.check(_arm(cfg, "eat"))
+BENCHMARKS = {"latency": latency, "scaling": scaling, "length": length}  # method.variant -> its benchmark
 
 
 def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
-    check(cfg)
-    return VARIANTS[cfg.method.variant](cfg, ctx)
+    config.check(cfg)
+    return BENCHMARKS[cfg.method.variant](cfg, ctx)

@@ -1,13 +1,18 @@
-"""Configs of the Efficient Adaptive Transformer (torch-free: the registry imports this to validate `method=eat*`).
-Tags as in eat/SPEC.md: [P] paper, [R] official code, [S] the spec's suggestion, ours."""
+"""Configs of the Efficient Adaptive Transformer and their refusals (torch-free: the registry imports this to
+validate `method=eat*` before any work). Tags: [P] the paper, [R] the official code, ours: the suite's choice."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Optional
 
-from experiments.config import MethodConfig
+from omegaconf import DictConfig, OmegaConf
 
-VARIANTS = ("dense", "eat", "paper_code")
+from experiments.config import ConfigError, MethodConfig, TaskConfig, load_group
+
+VARIANTS = ("dense", "eat", "paper_code")  # method=eat's training arms
+BENCH_VARIANTS = ("latency", "length", "scaling")  # method=eat_bench's benchmarks
+PRUNE_RULES = ("paper", "repo")  # keep rules (eat/prune.py)
+SCORERS = ("l2", "attention")  # token scores for pruning (eat/prune.py)
 
 
 @dataclass
@@ -75,3 +80,81 @@ class EatBenchConfig(EatConfig):
     repeats: int = 5  # scaling: timed rounds per length (medians)
     scaling_shape: dict = field(default_factory=lambda: {"hidden_size": 256, "num_hidden_layers": 4,
                                                          "num_attention_heads": 4, "intermediate_size": 1024})
+
+
+def patience_layer_of(m: DictConfig) -> int | None:
+    """The layer of the patience head, or None: it exists only for the patience rule (method.patience=true)."""
+    if m.variant == "dense" or not m.patience:
+        return None
+    return m.patience_layer if m.patience_layer is not None else m.exit_layer - 1
+
+
+def check(cfg: DictConfig) -> None:
+    """Refusals before any work, for method=eat (one training arm) and method=eat_bench (the arms it trains)."""
+    if cfg.method.name == "eat_bench":
+        _check_bench(cfg)
+    else:
+        _check_arm(cfg)
+
+
+def _check_arm(cfg: DictConfig) -> None:
+    m = cfg.method
+    if m.variant not in VARIANTS:
+        raise ConfigError(f"method.variant={m.variant!r} is not one of {', '.join(VARIANTS)}")
+    if cfg.task.type not in ("cls", "pair"):
+        raise ConfigError(f"method={m.name} classifies sentences (pairs); task={cfg.task.name} is type "
+                          f"{cfg.task.type}: use a cls/pair task (rt-polarity, vitaminc, movie-reviews)")
+    if m.anneal not in ("epoch", "none"):
+        raise ConfigError(f"method.anneal={m.anneal!r} is not one of epoch, none")
+    if not m.taus or any(not 0 < t <= 1 for t in m.taus):
+        raise ConfigError(f"method.taus={list(m.taus)}: give thresholds in (0, 1]")
+    ext = list(m.get("extension_taus") or [])
+    if any(not 0 < t <= 1 for t in ext) or set(ext) & set(m.taus):
+        raise ConfigError(f"method.extension_taus={ext}: give thresholds in (0, 1] that are not already in "
+                          f"method.taus={list(m.taus)}")
+    if m.variant != "dense" and m.exit_layer is not None and m.exit_layer >= cfg.model.num_layers:
+        raise ConfigError(f"method.exit_layer={m.exit_layer} but model={cfg.model.name} has {cfg.model.num_layers} "
+                          "layers: pick a layer below the last")
+    if m.variant != "dense":  # the settings the arm's model runs under (dense runs with all three off)
+        for key, valid in (("prune_rule", PRUNE_RULES), ("scorer", SCORERS)):
+            if m[key] not in valid:
+                raise ConfigError(f"method.{key}={m[key]!r} is not one of {', '.join(valid)}")
+        if not 0.0 <= m.prune_ratio < 1.0:
+            raise ConfigError(f"method.prune_ratio={m.prune_ratio} must be in [0, 1)")
+        if m.window is not None and m.window < 1:
+            raise ConfigError(f"method.window={m.window} must be >= 1 or null (full attention)")
+    if m.variant != "dense" and m.patience:
+        if m.exit_layer is None:
+            raise ConfigError("method.patience=true compares the patience head with the exit head, but "
+                              "method.exit_layer=null: set method.exit_layer or method.patience=false")
+        p = patience_layer_of(m)
+        if not 1 <= p < m.exit_layer:
+            raise ConfigError(f"method.patience_layer={p} must be in 1..{m.exit_layer - 1} (below method.exit_layer="
+                              f"{m.exit_layer}): set method.patience_layer to a layer below the exit")
+
+
+def _check_bench(cfg: DictConfig) -> None:
+    m = cfg.method
+    if m.variant not in BENCH_VARIANTS:
+        raise ConfigError(f"method.variant={m.variant!r} is not one of {', '.join(BENCH_VARIANTS)} for "
+                          "method=eat_bench (the training arms dense | eat | paper_code are method=eat's)")
+    seeds = list(m.timing_seeds)
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ConfigError(f"method.timing_seeds={seeds}: give one or more distinct seeds (the paper averages three "
+                          "timing runs: [0, 1, 2])")
+    if m.variant == "scaling":  # a random-init encoder: no trained arm
+        return
+    _check_arm(arm(cfg, "eat"))
+    if m.variant == "length":
+        long_task = load_group("task", m.long_task, TaskConfig, "method.long_task")
+        if len(long_task.label_names) != len(cfg.task.label_names):
+            raise ConfigError(f"method.long_task={m.long_task} has {len(long_task.label_names)} labels, task="
+                              f"{cfg.task.name} {len(cfg.task.label_names)}: the arms cannot read it")
+
+
+def arm(cfg: DictConfig, variant: str, model: DictConfig | None = None) -> DictConfig:
+    """The method=eat config of one training arm the benchmark reads (on `model`, default cfg.model)."""
+    out = OmegaConf.merge(cfg, {"method": {"variant": variant, "name": "eat"}})
+    if model is not None:
+        out.model = model
+    return out

@@ -1,6 +1,6 @@
 """Analytic encoder FLOPs of one EAT arm per example: what the paper logs as "normalised FLOPs" and plots as Fig. 3's
 "normalised compute" (the official code's flops.py runs fvcore on the unpruned dense model, so it neither sees the
-pruning nor counts the attention matmuls; eat/SPEC.md §5). Pure arithmetic on numbers a run record keeps; no I/O.
+pruning nor counts the attention matmuls [R]). Pure arithmetic on numbers a run record keeps; no I/O.
 
 Convention, stated once: FLOPs = 2 x multiply-adds. Per layer, with n token slots, hidden size d, FFN size d_ff and k
 keys per query, the multiply-adds are
@@ -15,7 +15,8 @@ Linear(d, C) on one vector (as eat/model.py builds them), for the fraction that 
 LayerNorms, softmax and biases are left out (no matmul).
 
 Token counts are means over examples, so the n·k term of dense attention is E[n]² where the true cost is E[n²]: a
-slight undercount when lengths vary; attention is a few per cent of a layer while n is far below 6d (SPEC §5).
+slight undercount when lengths vary; attention is a few per cent of a layer while n is far below 6d (where its 2·n²·d
+multiply-adds reach the 12·n·d² of the projections and FFN at d_ff = 4d).
 """
 from __future__ import annotations
 

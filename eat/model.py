@@ -1,5 +1,5 @@
-"""The Efficient Adaptive Transformer on a pretrained encoder's own weights (spec §1): the encoder's layers are run
-here, one by one, so that
+"""The Efficient Adaptive Transformer [P] on a pretrained encoder's own weights, as the official code loads it [R]:
+the encoder's layers are run here, one by one, so that
 
   * pruning after chosen layers removes tokens from the sequence (`prune_mode="remove"`: later layers run on fewer
     tokens) or zero-masks them in place (`"mask"`: the official code, nothing gets shorter);
@@ -34,8 +34,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from eat import attention as A
-from eat import prune as P
+from eat import attention, prune
+from eat.config import SCORERS
 
 KERNELS = ("banded", "masked")
 PRUNE_MODES = ("remove", "mask")
@@ -57,7 +57,7 @@ class Settings:
     patience: bool = False  # also require the patience head's argmax to agree [P §7]
 
     def __post_init__(self):
-        for key, value, valid in (("prune_rule", self.prune_rule, P.RULES), ("scorer", self.scorer, P.SCORERS),
+        for key, value, valid in (("prune_rule", self.prune_rule, prune.RULES), ("scorer", self.scorer, SCORERS),
                                   ("prune_mode", self.prune_mode, PRUNE_MODES), ("kernel", self.kernel, KERNELS),
                                   ("exit_mode", self.exit_mode, EXIT_MODES)):
             if value not in valid:
@@ -180,17 +180,18 @@ class EatModel(nn.Module):
         drop = self.attn_dropout if self.training else 0.0
         mass = None
         if received:  # the attention-received score needs the probabilities: computed densely
-            mask = A.window_mask(pos, valid, s.window) if s.window is not None else valid[:, None, :].expand(B, T, T)
+            mask = (attention.window_mask(pos, valid, s.window) if s.window is not None
+                    else valid[:, None, :].expand(B, T, T))
             scores = (q @ k.transpose(-1, -2)) / math.sqrt(dh)
             probs = scores.masked_fill(~mask[:, None], float("-inf")).softmax(-1).nan_to_num(0.0)
             ctx = F.dropout(probs, drop, self.training) @ v
             mass = (probs.mean(1) * valid[:, :, None]).sum(1)  # (B, T): received from valid queries
         elif s.window is None:
-            ctx = A.dense_attention(q, k, v, valid, drop)
+            ctx = attention.dense_attention(q, k, v, valid, drop)
         elif s.kernel == "masked":
-            ctx = A.masked_attention(q, k, v, A.window_mask(pos, valid, s.window), drop)
+            ctx = attention.masked_attention(q, k, v, attention.window_mask(pos, valid, s.window), drop)
         else:
-            ctx = A.banded_attention(q, k, v, pos, valid, s.window, drop)
+            ctx = attention.banded_attention(q, k, v, pos, valid, s.window, drop)
         ctx = ctx.transpose(1, 2).reshape(B, T, d)
         a = p.ln_attn(h + F.dropout(p.o(ctx), self.hidden_dropout, self.training))
         out = p.ln_out(a + F.dropout(p.ffn_out(p.act(p.ffn_in(a))), self.hidden_dropout, self.training))
@@ -198,10 +199,10 @@ class EatModel(nn.Module):
 
     def _prune(self, h, pos, valid, mass):
         s = self.settings
-        scores = mass if mass is not None else P.l2_scores(h)
-        idx, new_valid = P.kept_indices(scores, valid, s.prune_ratio, s.prune_rule)
+        scores = mass if mass is not None else prune.l2_scores(h)
+        idx, new_valid = prune.kept_indices(scores, valid, s.prune_ratio, s.prune_rule)
         if s.prune_mode == "remove":
-            return P.gather_rows(h, idx), P.gather_rows(pos, idx), new_valid
+            return prune.gather_rows(h, idx), prune.gather_rows(pos, idx), new_valid
         kept = torch.zeros_like(valid).scatter_(1, idx, True)  # idx pads with slot 0, which is always kept
         return h * kept[..., None].to(h.dtype), pos, kept
 

@@ -1,4 +1,4 @@
-"""Progressive token pruning (spec §1.2): score the tokens after a layer, always keep [CLS], keep the top ones and
+"""Progressive token pruning [P Alg. 1]: score the tokens after a layer, always keep [CLS], keep the top ones and
 either remove the rest from the sequence (later layers run on fewer tokens) or zero-mask them in place (the official
 code: nothing gets shorter).
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import torch
 
-RULES = ("paper", "repo")
-SCORERS = ("l2", "attention")
+from eat.config import PRUNE_RULES as RULES  # the one list: the config refuses any other rule before any work
+
 EPS = 1e-9  # (1 - p) t is exact in decimal but not in binary: 0.7 * 10 = 7.000000000000001 must keep 7, not 8
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from eat import flops as F
+from eat import flops
 from eat.prune import keep_count
 from experiments.evidence import selection
 from experiments.evidence.paper_values import paper_values
@@ -175,9 +175,9 @@ def _window(r: dict) -> int | None:
     return dims.get("window") if _c(r, "method.variant") == "eat" else None
 
 
-def _loads(layers: list[dict]) -> list[F.Layer]:
+def _loads(layers: list[dict]) -> list[flops.Layer]:
     # a layer no example computes has no mean token count: it costs nothing
-    return [F.Layer(float(x["running"]), float(x["tokens_in"]) if x["running"] and x["tokens_in"] is not None
+    return [flops.Layer(float(x["running"]), float(x["tokens_in"]) if x["running"] and x["tokens_in"] is not None
                     else 0.0) for x in sorted(layers, key=lambda x: x["layer"])]
 
 
@@ -189,7 +189,7 @@ def _count(layers, dims: dict | None, window: int | None, r: dict, heads_at: tup
     loads = _loads(layers)
     n_out = len(_c(r, "task.label_names") or []) or 2
     heads = [(at, n_out) for at in (len(loads), *heads_at) if at and 1 <= at <= len(loads)]
-    return F.encoder_flops(loads, dims["hidden"], dims["intermediate"], window, heads)
+    return flops.encoder_flops(loads, dims["hidden"], dims["intermediate"], window, heads)
 
 
 def _flops(r: dict) -> float | None:
@@ -219,7 +219,7 @@ def _bench_flops(b: dict, name: str) -> float | None:
 
 
 def _ratio(arm: float | None, dense: float | None) -> Estimate:
-    return Estimate(None if arm is None or not dense else F.normalised(arm, dense))
+    return Estimate(None if arm is None or not dense else flops.normalised(arm, dense))
 
 
 def _norm_flops(arm: dict, dense: dict | None) -> Estimate:
@@ -267,16 +267,16 @@ def _acc_rows(pv, accs, task, hw, model, ref_dense, baseline_of) -> list[Row]:
                 acc, dacc = _acc(arm), _delta_acc(arm, ref) if ref else Estimate(None)
                 depth = seed_sd([r["metrics"]["eval/avg_depth"] for r in arm])
                 ret = seed_sd([r["metrics"]["eval/avg_retention"] for r in arm], 3)
-                flops = _norm_flops(arm[0], ref0)
+                norm_flops = _norm_flops(arm[0], ref0)
             else:
                 pts = [f for r in arm for f in (r.get("extra") or {}).get("frontier") or [] if _same_tau(f["tau"], t)]
                 acc = seed_sd([100 * f["accuracy"] for f in pts])
                 dacc = Estimate(acc.value - _acc(ref).value) if ref and acc.value is not None else Estimate(None)
                 depth = seed_sd([f["avg_depth"] for f in pts])
                 ret = seed_sd([f["avg_retention"] for f in pts], 3)
-                flops = Estimate(None)  # the per-layer loads are kept at the chosen tau only
+                norm_flops = Estimate(None)  # the per-layer loads are kept at the chosen tau only
             row.values = {**untimed, "accuracy": acc, "delta_acc_pp": dacc, "avg_depth": depth,
-                          "avg_retention": ret, "norm_flops": flops}
+                          "avg_retention": ret, "norm_flops": norm_flops}
             rows.append(row)
     return rows
 
@@ -624,8 +624,8 @@ def retention_by_layer(runs: list[dict], out: Path) -> list[str]:
                 ax.plot(xs, ys, style, color=color, ms=3, lw=1 if what == "scheduled" else 1.5,
                         label=f"{variant}: {what}")
             for x, load in zip(layers, _loads(layers)):
-                mflops = (1e-6 * F.FLOPS_PER_MAC * load.running
-                          * F.layer_macs(load.tokens, dims["hidden"], dims["intermediate"], _window(r))
+                mflops = (1e-6 * flops.FLOPS_PER_MAC * load.running
+                          * flops.layer_macs(load.tokens, dims["hidden"], dims["intermediate"], _window(r))
                           if dims.get("hidden") and dims.get("intermediate") else None)
                 t.add(run_label(r, "task"), model_label(r, pv), variant, _tau_text(_tau(r)),
                       x["layer"], fmt(100 * x["running"], 1), fmt(x["tokens_in"], 1),

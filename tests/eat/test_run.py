@@ -1,25 +1,19 @@
-"""method=eat and method=eat_bench through the suite's runner on tiny-bert and the rt-polarity fixture: every arm runs,
-trained weights are cached and reused (a corrupt cache is retrained, never read), bad configs are refused before any
-work, and the benchmark's ablation covers every subset of the three components."""
+"""method=eat and method=eat_bench through the suite's runner on tiny-bert and the rt-polarity fixture (EAT's heads one
+layer shallower: conf/debug/method/smoke_eat*.yaml): every arm and benchmark runs, the record names the model's
+tokenizer, trained weights are cached and reused (a corrupt cache is retrained, never read), and bad configs are
+refused before any work."""
 import json
-from dataclasses import replace
 
 import numpy as np
 import pytest
-import torch
-import torch.nn.functional as F
 
-from eat import bench as B
-from eat import run as R
-from eat.model import Settings
+from experiments.models import load_tokenizer, tokenizer_fingerprint
 from experiments.run import execute
-
-TINY = ("method.exit_layer=3", "method.prune_after=[1,2]", "method.window=4")
 
 
 def run(smoke_cfg, tmp_path, *overrides, method="eat", out=None):
     """One run; `out` gives it an output directory of its own, so a finished run is not skipped."""
-    cfg = smoke_cfg(f"method={method}", f"method.checkpoint_dir={tmp_path / 'ckpt'}", *TINY, *overrides)
+    cfg = smoke_cfg(f"method={method}", f"method.checkpoint_dir={tmp_path / 'ckpt'}", *overrides)
     rec = execute(cfg, tmp_path / "out" / (out or cfg.run_id))
     assert rec["status"] == "ok", rec.get("error")
     return rec
@@ -42,6 +36,8 @@ def test_every_arm_runs_and_reports_the_papers_columns(variant, smoke_cfg, tmp_p
     assert [d["layer"] for d in ex["layers"]] == [1, 2, 3, 4] and ex["layers"][0]["running"] == 1.0
     assert ex["model_dims"]["layers"] == 4 and ex["seq_len_mean"] > 0 and isinstance(ex["tau_choice"], str)
     assert np.mean([d["running"] for d in ex["layers"]]) == pytest.approx(rec["eval/avg_depth"] / 4)
+    # noted where the arm's data was tokenized, not set by the method
+    assert m["provenance"]["tokenizer"] == tokenizer_fingerprint(load_tokenizer(smoke_cfg("method=eat").model))
 
 
 def test_trained_weights_are_cached_and_a_corrupt_cache_is_retrained(smoke_cfg, tmp_path):
@@ -88,24 +84,16 @@ def test_a_different_training_gets_its_own_checkpoint(smoke_cfg, tmp_path):
     ("method.taus=[0.0]", "thresholds in"),
 ])
 def test_bad_configs_are_refused_before_training(override, match, smoke_cfg, tmp_path):
-    cfg = smoke_cfg("method=eat", f"method.checkpoint_dir={tmp_path / 'ckpt'}", *TINY, override)
+    cfg = smoke_cfg("method=eat", f"method.checkpoint_dir={tmp_path / 'ckpt'}", override)
     with pytest.raises(ValueError, match=match):
         execute(cfg, tmp_path / "out")
     assert not (tmp_path / "ckpt").exists()
 
 
-def test_the_ablation_is_every_subset_of_the_three_components():
-    s = Settings(tau=0.9)
-    arms = B.ablation(s)
-    assert len(arms) == 8 and arms["eat:prune+window+exit"] == s
-    assert arms["eat:none"] == s.dense()
-    assert arms["eat:exit"].tau == 0.9 and arms["eat:exit"].window is None and arms["eat:exit"].prune_ratio == 0
-
-
 @pytest.mark.parametrize("pooling", ["cls", "mean"])
 def test_latency_bench_times_every_contender(pooling, smoke_cfg, tmp_path):
-    rec = run(smoke_cfg, tmp_path, f"method.pooling={pooling}", "method.n_latency=6", "method.warmup=2", "method.batch_size=4",
-              "method.throughput_rounds=1", "method.bootstrap=50", "method.baseline_model=tiny-bert",
+    rec = run(smoke_cfg, tmp_path, f"method.pooling={pooling}", "method.n_latency=6", "method.warmup=2",
+              "method.batch_size=4", "method.throughput_rounds=1", "method.bootstrap=50", "method.baseline_model=tiny-bert",
               method="eat_bench")
     m = rec["metrics"]
     names = rec["extra"]["contenders"]
@@ -141,6 +129,7 @@ def test_scaling_bench_fits_slopes(smoke_cfg, tmp_path, monkeypatch):
     for arm in ("dense", "window", "eat", "paper_code"):
         assert m[f"scaling/{arm}_ms@64"] > 0 and np.isfinite(m[f"scaling/{arm}_slope"])
     json.dumps(rec["extra"]["scaling_ms"])
+    assert rec["provenance"]["tokenizer"] == tokenizer_fingerprint(load_tokenizer(smoke_cfg("method=eat").model))
 
 
 def test_length_bench_reads_the_long_task_with_the_short_task_arms(smoke_cfg, tmp_path):
@@ -154,28 +143,17 @@ def test_length_bench_reads_the_long_task_with_the_short_task_arms(smoke_cfg, tm
 
 def test_length_bench_refuses_an_unknown_long_task(smoke_cfg, tmp_path):
     cfg = smoke_cfg("method=eat_bench", "method.variant=length", "method.long_task=imdb",
-                    f"method.checkpoint_dir={tmp_path / 'ckpt'}", *TINY)
+                    f"method.checkpoint_dir={tmp_path / 'ckpt'}")
     with pytest.raises(ValueError, match="method.long_task='imdb' names no conf/task/imdb.yaml"):
         execute(cfg, tmp_path / "out")
     assert not (tmp_path / "ckpt").exists()  # refused before any training
 
 
 def test_latency_bench_refuses_more_timed_examples_than_the_eval_split(smoke_cfg, tmp_path):
-    cfg = smoke_cfg("method=eat_bench", "method.n_latency=1000", f"method.checkpoint_dir={tmp_path / 'ckpt'}", *TINY)
+    cfg = smoke_cfg("method=eat_bench", "method.n_latency=1000", f"method.checkpoint_dir={tmp_path / 'ckpt'}")
     with pytest.raises(ValueError, match="lower method.n_latency"):
         execute(cfg, tmp_path / "out")
     assert not (tmp_path / "ckpt").exists()
-
-
-@pytest.mark.parametrize("pooling", ["cls", "mean"])
-def test_the_hugging_face_dense_path_equals_ours(pooling):
-    import torch
-    from tests.eat.test_model import batch, bert
-    from eat.model import EatModel
-    m = EatModel(bert(), 3, exit_layer=None, settings=Settings().dense(), pooling=pooling).eval()
-    ids, mask = batch()
-    with torch.no_grad():
-        assert (B._hf_dense(m)(input_ids=ids, attention_mask=mask) - m(ids, mask).logits).abs().max() <= 1e-5
 
 
 def test_calibration_off_keeps_the_temperature_at_one(smoke_cfg, tmp_path):
@@ -198,154 +176,7 @@ def test_an_arm_trained_inside_the_benchmark_is_the_arm_a_standalone_run_trains(
     assert cached["extra"]["history"] == alone["extra"]["history"]
 
 
-def test_the_default_arm_trains_eq_1_final_plus_0_3_exit_and_nothing_else(smoke_cfg):
-    # Eq. 1: CE_L + 0.3 CE_exit. A patience head is built only for the patience rule; trained by default, it added
-    # 0.3 CE of another layer to every arm's loss
-    cfg = smoke_cfg("method=eat", *TINY)  # debug=smoke still names a patience_layer: unread without patience=true
-    torch.manual_seed(0)
-    m = R.build(cfg).train()
-    for mod in m.modules():
-        if isinstance(mod, torch.nn.Dropout):
-            mod.p = 0.0
-    m.attn_dropout = m.hidden_dropout = 0.0
-    g = torch.Generator().manual_seed(0)
-    ids = torch.randint(5, m.encoder.config.vocab_size, (4, 12), generator=g)
-    mask = torch.ones_like(ids)
-    mask[1, 7:] = 0
-    labels = torch.tensor([0, 1, 1, 0])
-    with torch.no_grad(), m.using(Settings().dense()):
-        out = m(ids, mask, labels=labels)  # training: every head's loss, no exit
-        hs = m.eval().encoder(input_ids=ids, attention_mask=mask, output_hidden_states=True).hidden_states
-    assert sorted(out.layer_logits) == [3, 4] and m.patience_classifier is None
-    valid = mask.bool()
-    want = F.cross_entropy(m.classifier(m.pool(hs[4], valid)), labels) + 0.3 * F.cross_entropy(
-        m.exit_classifier(m.pool(hs[3], valid)), labels)
-    assert torch.isclose(out.loss, want, atol=1e-5)
-
-
-def test_the_patience_rule_builds_its_head_below_the_exit(smoke_cfg):
-    cfg = smoke_cfg("method=eat", *TINY, "method.patience=true", "method.patience_layer=null")
-    R.check(cfg)
-    assert R.build(cfg).patience_layer == 2  # the layer below the exit head (3 at the paper's exit layer 4)
-    bad = smoke_cfg("method=eat", *TINY, "method.patience=true", "method.patience_layer=3")
-    with pytest.raises(ValueError, match=r"method.patience_layer=3 must be in 1..2 .*set method.patience_layer"):
-        R.check(bad)
-
-
-def _feats(n=64, seed=0, vocab=100):
-    """n examples of 5..40 tokens as the runner's features ([CLS] = 2 first)."""
-    from datasets import Dataset
-    g = torch.Generator().manual_seed(seed)
-    ids = []
-    for _ in range(n):
-        t = int(torch.randint(5, 41, (1,), generator=g))
-        ids.append([2] + torch.randint(5, vocab, (t - 1,), generator=g).tolist())
-    return Dataset.from_dict({"input_ids": ids, "attention_mask": [[1] * len(r) for r in ids],
-                              "labels": torch.randint(0, 3, (n,), generator=g).tolist()})
-
-
-def test_the_batch_exit_rule_is_scored_at_batch_1():
-    # the paper scored (and timed) the official code at batch 1, where "exit only when the whole batch is confident"
-    # is a per-example exit; scored on batches of 64 nothing exits, a quantity the paper never measured
-    from eat.model import EatModel
-    from experiments import data as D
-    from tests.eat.test_model import bert, threshold
-    m = EatModel(bert(), 3, exit_layer=4).eval().double()
-    with torch.no_grad():
-        m.exit_classifier.weight.mul_(30)
-    feats = _feats()
-    paper = Settings(prune_rule="repo", prune_mode="mask", kernel="masked", exit_mode="batch", window=8)
-    conf = _softmax_max(R.predict(m, feats, 0, 64, torch.device("cpu"), paper)["exit_logits"])
-    tau, n_exit = threshold(conf, 8, 24)
-    s = replace(paper, tau=tau)  # about 3 in 4 examples are confident
-    by_one = []
-    with torch.no_grad(), m.using(s):
-        for row in D.rows_of(feats):
-            o = m(**{k: v for k, v in D.collate([row], 0).items() if k != "labels"})
-            by_one.append((o.logits[0], int(o.depth[0])))
-    scored = R.predict(m, feats, 0, 64, torch.device("cpu"), s)
-    assert scored["depth"].tolist() == [d for _, d in by_one]
-    assert (scored["depth"] == 4).sum() == n_exit
-    assert np.abs(scored["logits"] - torch.stack([z for z, _ in by_one]).numpy()).max() <= 1e-5  # fp32 out
-    batched = R.predict(m, feats, 0, 64, torch.device("cpu"), s, batch1=False)  # the batch rule on 64 at once
-    assert batched["depth"].tolist() == [6] * 64
-
-
-def _softmax_max(z):
-    return torch.softmax(torch.as_tensor(z), -1).amax(-1).numpy()
-
-
-def test_tau_chosen_among_identical_candidates_says_so():
-    from omegaconf import OmegaConf
-    from eat.model import EatModel
-    from tests.eat.test_model import bert
-    m = EatModel(bert(), 3, exit_layer=4).eval()
-    with torch.no_grad():
-        m.exit_classifier.weight.zero_()  # uniform: 1/3 < every tau, nothing ever exits
-    cfg = OmegaConf.create({"method": {"taus": [0.95, 0.8, 0.9], "tau_tolerance": 1.0},
-                            "hardware": {"eval_batch_size": 16}})
-    feats = _feats(20)
-    base = R._acc(R.predict(m, feats, 0, 16, torch.device("cpu"), m.settings))
-    tau, accs, why = R.choose_tau(cfg, m, feats, 0, base, torch.device("cpu"))
-    assert tau == 0.8 and set(accs) == {0.8, 0.9, 0.95}
-    assert why.startswith("all candidates identical on dev") and "lowest tau on the grid, 0.8" in why
-
-
-def _keep(t):
-    """The paper rule by hand, in integers: [CLS] + ceil(0.7 (t - 1)) others."""
-    return 1 + (7 * (t - 1) + 9) // 10
-
-
-@pytest.mark.parametrize("mode,kernel", [("remove", "banded"), ("mask", "masked")])
-def test_per_layer_statistics_match_a_hand_count(mode, kernel):
-    # the contract eat/report.py (Fig. 2) and eat/flops.py read: extra.layers, one dict per encoder layer
-    from eat.model import EatModel
-    from tests.eat.test_model import bert, threshold
-    m = EatModel(bert(), 3, exit_layer=4).eval().double()
-    with torch.no_grad():
-        m.exit_classifier.weight.mul_(30)
-    feats = _feats(40, seed=1)
-    s = Settings(window=8, prune_mode=mode, kernel=kernel)
-    tau, n_exit = threshold(_softmax_max(R.predict(m, feats, 0, 16, torch.device("cpu"), s)["exit_logits"]), 15, 30)
-    s = replace(s, tau=tau)  # some exit after layer 4, the others run on
-    p = R.predict(m, feats, 0, 16, torch.device("cpu"), s)
-    stats = R.layer_stats(p, s)
-    n = np.asarray([len(r) for r in feats["input_ids"]])
-    k2 = np.asarray([_keep(t) for t in n])
-    k4 = np.asarray([_keep(t) for t in k2])
-    full = p["depth"] == 6
-    assert (~full).sum() == n_exit and 0 < n_exit < 40
-    slots = {"remove": [n, n, k2, k2, k4, k4], "mask": [n] * 6}[mode]
-    left = [n, k2, k2, k4, k4, k4]
-    t = int(round(n.mean()))
-    sched = [1, _keep(t) / t, _keep(t) / t, _keep(_keep(t)) / t, _keep(_keep(t)) / t, _keep(_keep(t)) / t]
-    assert [d["layer"] for d in stats] == [1, 2, 3, 4, 5, 6]
-    for i, d in enumerate(stats):
-        on = full if i >= 4 else np.ones(40, bool)
-        assert d["running"] == pytest.approx(on.mean())
-        assert d["tokens_in"] == pytest.approx(slots[i][on].mean())
-        assert d["retention_observed"] == pytest.approx((left[i][on] / n[on]).mean())
-        assert d["retention_scheduled"] == pytest.approx(sched[i])
-    shape = R.shape_of(p, m, s)
-    assert shape["seq_len_mean"] == pytest.approx(n.mean())
-    assert shape["model_dims"] == {"layers": 6, "hidden": 32, "intermediate": 64, "heads": 4, "window": 8}
-
-
-def test_timing_seeds_are_averaged_as_the_paper_averages_three_runs():
-    runs = {0: {"a": np.array([1.0, 2, 3])}, 1: {"a": np.array([4.0, 5, 6])}, 2: {"a": np.array([7.0, 8, 9])}}
-    out = {}
-    per = B._seed_means(out, runs)
-    assert per["a"]["mean_ms"] == [2.0, 5.0, 8.0] and per["a"]["seeds"] == [0, 1, 2]
-    assert out["latency/a_mean_ms"] == 5.0 and out["latency/a_mean_ms_seed_sd"] == pytest.approx(3.0)
-    assert B._pooled(runs)["a"].tolist() == [1, 2, 3, 4, 5, 6, 7, 8, 9]
-    rows = [{"i": i} for i in range(50)]
-    drawn = B._seeded(rows, 2, 5, [0, 1, 2])
-    assert [sd for sd, _ in drawn] == [0, 1, 2] and all(len(r) == 7 for _, r in drawn)
-    assert len({tuple(x["i"] for x in r) for _, r in drawn}) == 3  # each seed its own examples and order
-    assert drawn == B._seeded(rows, 2, 5, [0, 1, 2])  # and reproducibly so
-
-
 def test_the_bench_refuses_no_timing_seeds(smoke_cfg, tmp_path):
-    cfg = smoke_cfg("method=eat_bench", "method.timing_seeds=[]", f"method.checkpoint_dir={tmp_path / 'ckpt'}", *TINY)
+    cfg = smoke_cfg("method=eat_bench", "method.timing_seeds=[]", f"method.checkpoint_dir={tmp_path / 'ckpt'}")
     with pytest.raises(ValueError, match="method.timing_seeds"):
         execute(cfg, tmp_path / "out")
