@@ -1,4 +1,4 @@
-"""Normalized area under an ID curve (ID against layer index), paper §3 / spec §1.7.
+"""Normalized area under an ID curve (ID against layer index), [P §3].
 
 The paper: NormAUC = (1/L) * sum_{i=1}^{L-1} (ID_i + ID_{i+1}) / 2 over the L transformer layers. The official
 code uses sklearn.metrics.auc with x rescaled to [0, 1], i.e. the same trapezoid sum divided by (L - 1). Both drop

@@ -23,10 +23,9 @@ from omegaconf import DictConfig
 
 from experiments.context import RunContext
 from experiments.data import load_rows
-from experiments.models import load_causal_lm, tokenizer_fingerprint
+from experiments.models import load_causal_lm
 from experiments.timing import device_name, interleaved, summarize
-from intrinsic_dim import estimators as E
-from intrinsic_dim import prompts as P
+from intrinsic_dim import estimators, prompts
 
 
 def layers(n_layers: int, n: int, d: int, seed: int = 0) -> list[np.ndarray]:
@@ -50,19 +49,19 @@ def bench_estimator(n_layers: int, n: int, d: int, repeats: int) -> dict:
     Xs = layers(n_layers, n, d)
     Ts = [torch.from_numpy(x) for x in Xs]
     T32 = [t.float() for t in Ts]
-    ours = [E.twonn(x) for x in Xs]
+    ours = [estimators.twonn(x) for x in Xs]
     ref = [float(TwoNN(discard_fraction=0.1).fit(x).dimension_) for x in Xs]
     rel = max(abs(a - b) / abs(b) for a, b in zip(ours, ref))
     x32 = [x.astype(np.float32) for x in Xs]  # the same data in float32: skdim computes in float32 then
-    rel32 = max(abs(E.twonn(x) - float(TwoNN(discard_fraction=0.1).fit(x).dimension_))
+    rel32 = max(abs(estimators.twonn(x) - float(TwoNN(discard_fraction=0.1).fit(x).dimension_))
                 / float(TwoNN(discard_fraction=0.1).fit(x).dimension_) for x in x32)
     t = interleaved({
         "skdim TwoNN": lambda: [TwoNN(discard_fraction=0.1).fit(x) for x in Xs],
-        "ours twonn": lambda: [E.twonn(x) for x in Xs],
+        "ours twonn": lambda: [estimators.twonn(x) for x in Xs],
         # one product at a time (a list of all 31 would time page faults), as the search runs them
         "Gram product X @ X.T alone (float64: skdim's floor)": lambda: each(lambda x: x @ x.T, Xs),
         "Gram product X @ X.T alone (float32, as our candidate search runs it)":
-            lambda: each(lambda t: E._gram_rows(t, 0, len(t)), T32),
+            lambda: each(lambda t: estimators._gram_rows(t, 0, len(t)), T32),
     }, repeats=repeats, warmup=1)
     s = summarize(t, baseline="skdim TwoNN")
     return {"shape": f"{n_layers} layers x {n} points x d={d}, float64", "max_rel_diff_vs_skdim": rel,
@@ -78,8 +77,8 @@ def prompts_for_extraction(cfg: DictConfig, n: int) -> list[str]:
     if pool < 1:
         raise ValueError(f"task {cfg.task.name} has {len(rows)} train rows: too few for method.extract_prompts={n} "
                          "prompts plus a demo pool; lower method.extract_prompts")
-    items = P.render(cfg.task.name, [rows[i] for i in range(n + pool)])
-    return P.build("icl", 1, items[pool:pool + n], items[:pool], seed=42)
+    items = prompts.render(cfg.task.name, [rows[i] for i in range(n + pool)])
+    return prompts.build("icl", 1, items[pool:pool + n], items[:pool], seed=42)
 
 
 def bench_extraction(cfg: DictConfig, ctx: RunContext) -> dict:
@@ -88,7 +87,6 @@ def bench_extraction(cfg: DictConfig, ctx: RunContext) -> dict:
     m, dev = cfg.method, ctx.device
     n, batch_size = m.extract_prompts, m.extract_batch_size
     tok, lm = load_causal_lm(cfg.model)
-    ctx.tokenizer_fingerprint = tokenizer_fingerprint(tok)
     lm.to(dev)
     ids = [tok(p)["input_ids"] for p in prompts_for_extraction(cfg, n)]
     real = sum(map(len, ids))
@@ -146,8 +144,9 @@ def bench_gpu() -> dict | None:
         return None
     X = torch.randn(5000, 64, device="cuda", dtype=torch.float64) @ torch.randn(64, 4096, device="cuda",
                                                                                 dtype=torch.float64)
-    t = interleaved({"twonn N=5000 D=4096": lambda: E.twonn(X)}, repeats=5, warmup=1, device="cuda")
-    return {"device": device_name("cuda"), "median_s": statistics.median(t["twonn N=5000 D=4096"])}
+    name = "twonn N=5000 D=4096"
+    t = interleaved({name: lambda: estimators.twonn(X)}, repeats=5, warmup=1, device="cuda")
+    return {"device": device_name("cuda"), "median_s": summarize(t, baseline=name)[name]["median_s"]}
 
 
 def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
@@ -160,7 +159,7 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
     ctx.extra.update(benchmark=res)
     t = res["estimator"]["timing"]
     metrics = {"time/twonn_skdim_s": t["skdim TwoNN"]["median_s"], "time/twonn_ours_s": t["ours twonn"]["median_s"],
-               "speedup/twonn_vs_skdim_x": t["ours twonn"]["speedup_vs_baseline"],
+               "speedup/twonn_vs_skdim": t["ours twonn"]["speedup_vs_baseline"],
                "id/max_rel_diff_vs_skdim": res["estimator"]["max_rel_diff_vs_skdim"]}
     if m.extraction:
         x = res["extraction"]

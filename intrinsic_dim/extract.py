@@ -1,4 +1,4 @@
-"""Representations and accuracy (spec §1.1, §1.3): the last prompt token's hidden state at every layer, read
+"""Representations and accuracy [P]: the last prompt token's hidden state at every layer, read
 through the shared activation store, and logit accuracy over the first token of each label.
 
 Padding. The official code batches with left padding (pad = EOS) and takes position T-1. The store batches with

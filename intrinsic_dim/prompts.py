@@ -1,5 +1,6 @@
-"""Prompts: the paper's rendered templates (spec §2.2, hard-coded rather than taken from PromptSource), the split
-recipe of each dataset, and the zero-shot / ICL-k / unique-demo prompt builders (spec §1.2). Plain Python, no I/O.
+"""Prompts: the paper's rendered templates (hard-coded as the official code renders them [C], not taken from
+PromptSource), the split recipe of each dataset, and the zero-shot / ICL-k / unique-demo prompt builders [P]. Plain
+Python, no I/O.
 
 Every template maps one dataset row to (input, output). The strings sent to the model:
     combined  = input + "\\n" + output                                   (SFT training text, ICL demo)
@@ -25,7 +26,7 @@ class Recipe:
     seed: int
 
 
-# ---- templates (spec §2.2; the labels are the paper's verbalizers) ---------------------------------------------
+# ---- templates (the labels are the paper's verbalizers) ----------------------------------------------------------
 
 def _sst2(r: dict, **_) -> tuple[str, str]:
     return f"{r['sentence']}\nQuestion: Was that sentence positive or negative? Answer:", \
@@ -68,7 +69,7 @@ def _ag_news(r: dict, **_) -> tuple[str, str]:
 
 
 def _csqa(r: dict, five_choices: bool = False, **_) -> tuple[str, str]:
-    # the paper's template zips 4 letters with the 5 choices: option E is never shown (spec §5.4), gold E stays
+    # the paper's template zips 4 letters with the 5 choices: option E is never shown, gold E stays
     n = 5 if five_choices else 4
     opts = "\n\n".join(f"- {lab}: {txt}" for lab, txt in zip(LETTERS[:n], r["choices"]["text"]))
     return ("Given the following options, what do you think is the correct answer to the question below:\n\n"

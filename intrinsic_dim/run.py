@@ -11,42 +11,33 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import re
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from experiments.context import STORE_DTYPES, RunContext
+from experiments.context import RunContext
 from experiments.data import load_rows
+from experiments.files import cache_root, config_key, replacing, write_json
 from experiments.memo import Memo
 from experiments.models import load_causal_lm, tokenizer_fingerprint
-from experiments.results import write_json
 from experiments.store import model_fingerprint
-from intrinsic_dim import auc as A
-from intrinsic_dim import estimators as E
-from intrinsic_dim import extract as X
-from intrinsic_dim import prompts as P
+from intrinsic_dim import auc, estimators, extract, prompts, sft
+from intrinsic_dim.config import check, parse_variant, sft_precision
 
 log = logging.getLogger("strata.intrinsic_dim")
 # bump when LoRA training changes (intrinsic_dim/sft.py): cached checkpoints are keyed by it; the base weights' and
 # the training token ids' fingerprints are in the key already
 CHECKPOINT_VERSION = 1
 CURVE_REPLICATES = 200  # of the AUC replicates, those whose whole TwoNN curve a record keeps (31 floats each)
-VARIANT = re.compile(r"^(icl|icl_unique)-(\d+)$|^sft$")
 # a sweep in one process loads and fingerprints its LLM once (27-52 GB of fp32 weights and ~2 min per load and
 # hash at paper scale); one entry, so two such models are never held together
 _models = Memo(1)
-
-
-def parse_variant(variant: str) -> tuple[str, int]:
-    m = VARIANT.match(variant or "")
-    if not m:
-        raise ValueError(f"method.variant={variant!r} is not a paradigm; use icl-<k> (e.g. icl-5), "
-                         "icl_unique-<k> or sft")
-    return (m.group(1), int(m.group(2))) if m.group(1) else ("sft", 0)
 
 
 # ---- model and data ------------------------------------------------------------------------------------------
@@ -95,16 +86,16 @@ def split_items(cfg: DictConfig, unique: bool) -> tuple[list[dict], list[dict], 
     datasets' shuffle(seed) does (numpy default_rng(seed).permutation), train = first n_train, eval = first n_eval of
     its split or, when it is the train split, the items after the train pool (after the unique pool when unique)."""
     m, task = cfg.method, cfg.task
-    recipe = P.RECIPES.get(task.name)
+    recipe = prompts.RECIPES.get(task.name)
     if recipe is None:
         raise KeyError(f"no split recipe for task {task.name!r}; add it to intrinsic_dim/prompts.py RECIPES")
     source = cfg.data.source or task.source
     if source != "hub":  # offline assets and fixtures have train/eval splits of their own
-        recipe = P.Recipe("train", "eval", recipe.seed)
+        recipe = prompts.Recipe("train", "eval", recipe.seed)
     # dev (choosing settings): train rows after the pool, and after the eval items where eval is carved from train
     skip = m.n_eval if m.dev and recipe.eval == recipe.train else 0
     if m.dev:
-        recipe = P.Recipe(recipe.train, recipe.train, recipe.seed)
+        recipe = prompts.Recipe(recipe.train, recipe.train, recipe.seed)
     seed = recipe.seed if m.split_seed is None else m.split_seed
     train = load_rows(task, cfg.data, recipe.train)
     perm_t = np.random.default_rng(seed).permutation(len(train))
@@ -137,31 +128,31 @@ def estimate(states: np.ndarray, m: DictConfig, replicates: int = 0) -> dict:
     dups, boot, mus = [], [], []
     for S in states:
         try:
-            mu, n_dup = E.twonn_mu(S, dedup=m.dedup, device=device)
-            value = float(E.twonn_fit(mu, m.discard_fraction))
-        except E.TooFewPoints:  # the embedding output of a shared last token: one point, no dimension
+            mu, n_dup = estimators.twonn_mu(S, dedup=m.dedup, device=device)
+            value = float(estimators.twonn_fit(mu, m.discard_fraction))
+        except estimators.TooFewPoints:  # the embedding output of a shared last token: one point, no dimension
             mu, value = None, float("nan")
             n_dup = len(S) - len(np.unique(S, axis=0))
         curves["twonn"].append(value)
         dups.append(n_dup)
         mus.append(mu)
         if m.bootstrap and not np.isnan(value):
-            boot.append(E.bootstrap(S, E.twonn, n=m.bootstrap, seed=m.bootstrap_seed, device=device,
+            boot.append(estimators.bootstrap(S, estimators.twonn, n=m.bootstrap, seed=m.bootstrap_seed, device=device,
                                     discard_fraction=m.discard_fraction))
         elif m.bootstrap:
             boot.append([float("nan"), float("nan")])
     for k in m.mle_ks:
-        curves[f"mle_k{k}"] = [_or_nan(E.mle, S, k=k, dedup=True, device=device) for S in states]
-    aucs = {name: {f"{norm}{'_emb' if emb else ''}": A.normalized_auc(c, norm, emb)
-                   for norm in A.NORMS for emb in (False, True)} for name, c in curves.items()}
+        curves[f"mle_k{k}"] = [_or_nan(estimators.mle, S, k=k, dedup=True, device=device) for S in states]
+    aucs = {name: {f"{norm}{'_emb' if emb else ''}": auc.normalized_auc(c, norm, emb)
+                   for norm in auc.NORMS for emb in (False, True)} for name, c in curves.items()}
     out = {"curves": curves, "n_duplicates": dups, "auc": aucs}
     if boot:
         out["bootstrap_twonn_95"] = boot
     if replicates:
-        idx = E.resample_indices(states.shape[1], replicates, m.bootstrap_seed)
-        reps = np.stack([np.full(replicates, np.nan) if mu is None else E.twonn_fit(mu[idx], m.discard_fraction)
-                         for mu in mus], axis=1)  # (replicates, L+1)
-        out["auc_replicates"] = [round(A.normalized_auc(c, m.auc_norm, m.auc_include_embedding), 6) for c in reps]
+        idx = estimators.resample_indices(states.shape[1], replicates, m.bootstrap_seed)
+        reps = np.stack([np.full(replicates, np.nan) if mu is None  # (replicates, L+1)
+                         else estimators.twonn_fit(mu[idx], m.discard_fraction) for mu in mus], axis=1)
+        out["auc_replicates"] = [round(auc.normalized_auc(c, m.auc_norm, m.auc_include_embedding), 6) for c in reps]
         out["curve_replicates"] = np.round(reps[:CURVE_REPLICATES], 4).tolist()  # per-layer claims; kept small
     return out
 
@@ -169,33 +160,33 @@ def estimate(states: np.ndarray, m: DictConfig, replicates: int = 0) -> dict:
 def _or_nan(fn, *args, **kwargs) -> float:
     try:
         return fn(*args, **kwargs)
-    except E.TooFewPoints:
+    except estimators.TooFewPoints:
         return float("nan")
 
 
-def measure(store, lm, tok, tok_key: str, model_key: str, prompts: list[str], gold: list[int], label_ids: list[int],
+def measure(store, lm, tok, tok_key: str, model_key: str, texts: list[str], gold: list[int], label_ids: list[int],
             cfg: DictConfig, device: torch.device, replicates: int = 0) -> dict:
     """Accuracy, curves and AUCs of one prompt set; "pred" (per prompt) and, with `replicates`, "auc_replicates"
     are for the caller to keep where the claims read them (popped from the dict before it goes into a record)."""
     m = cfg.method
     limit, by = prompt_limit(m, lm)
-    examples = X.tokenize(tok, prompts, limit, by)
+    examples = extract.tokenize(tok, texts, limit, by)
     computed0 = store.stats.computed
     t0 = time.perf_counter()
     # the store key keeps method.max_prompt_tokens: a cap by the model's context changes no stored entry
-    states = X.last_token_states(store, lm, examples, tok_key=tok_key, max_length=m.max_prompt_tokens,
+    states = extract.last_token_states(store, lm, examples, tok_key=tok_key, max_length=m.max_prompt_tokens,
                                  batch_size=m.batch_size, device=device, model_key=model_key,
                                  token_budget=m.extract_token_budget)
     t_extract = time.perf_counter() - t0
     computed = (store.stats.computed - computed0) // states.shape[0]  # prompts whose states were computed now
-    logits = X.last_logits(lm, states[-1], label_ids, device)
-    acc, _ = X.logit_accuracy(logits, gold)
+    logits = extract.last_logits(lm, states[-1], label_ids, device)
+    acc, _ = extract.logit_accuracy(logits, gold)
     n_lab = len(label_ids)
     t0 = time.perf_counter()
     est = estimate(states, m, replicates)
     n_tokens = [len(e["input_ids"]) for e in examples]
     uniq = {tuple(e["input_ids"]) for e in examples}  # the store computes a repeated prompt once
-    return {"accuracy": acc, "n_prompts": len(prompts),
+    return {"accuracy": acc, "n_prompts": len(texts),
             "majority_rate": float(np.bincount(gold, minlength=n_lab).max() / len(gold)),  # always-one-label baseline
             "pred_counts": np.bincount(logits.argmax(1), minlength=n_lab).tolist(),
             "mean_prompt_tokens": float(np.mean(n_tokens)),
@@ -215,111 +206,102 @@ def summary(res: dict, m: DictConfig, split: str) -> dict[str, float]:
 
 # ---- the run -------------------------------------------------------------------------------------------------
 
+@dataclass
+class Setting:
+    """What every paradigm of one run measures with: the model and its store keys, the store, the rendered items
+    (the training pool and the eval items), the label set and the unique-demo pool's rows."""
+    tok: Any
+    lm: Any
+    base_key: str  # the base weights' fingerprint
+    tok_key: str  # the tokenizer's fingerprint: the store keys prompts by their token ids under it
+    store: Any
+    pool: list[tuple[str, str]]
+    evals: list[tuple[str, str]]
+    labels: list[str]
+    label_ids: list[int]
+    gold: list[int]
+    unique_rows: list[dict]
+
+    def measure(self, cfg: DictConfig, ctx: RunContext, model, model_key: str, texts: list[str], gold: list[int],
+                replicates: int = 0) -> dict:
+        return measure(self.store, model, self.tok, self.tok_key, model_key, texts, gold, self.label_ids, cfg,
+                       ctx.device, replicates)
+
+
 def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
+    check(cfg)  # before the model loads (also the runner's Method.check; a second refusal check costs nothing)
     m = cfg.method
     paradigm, k = parse_variant(m.variant)
-    if m.auc_norm not in A.NORMS:
-        raise ValueError(f"method.auc_norm={m.auc_norm!r}; valid: {', '.join(A.NORMS)}")
-    if m.sft_loss not in ("full", "completion"):
-        raise ValueError(f"method.sft_loss={m.sft_loss!r}; valid: full (the paper's whole-text loss), completion "
-                         "(the label tokens only)")
-    if m.store_dtype not in STORE_DTYPES:
-        raise ValueError(f"method.store_dtype={m.store_dtype!r}; valid: {', '.join(STORE_DTYPES)}")
-    precision = cfg.hardware.precision if m.sft_precision in (None, "hardware") else m.sft_precision
-    if paradigm == "sft" and precision not in ("fp32", "bf16"):
-        raise ValueError(f"method.sft_precision={m.sft_precision!r} gives {precision!r}; valid: hardware (fp32 or "
-                         "bf16 there), fp32, bf16 (fp16 has no loss scaling here)")
     tok, lm, base_key = load_model(cfg.model)
     limit, by = prompt_limit(m, lm)
     if limit < m.max_prompt_tokens:
         log.warning("prompts capped at %d tokens by %s (method.max_prompt_tokens=%d is longer); a longer prompt "
                     "is an error", limit, by, m.max_prompt_tokens)
     ctx.extra.update(prompt_token_limit=limit, prompt_token_limit_by=by.split("=")[0])
-    ctx.tokenizer_fingerprint = tok_key = tokenizer_fingerprint(tok)
     lm.to(ctx.device)
-    pool_rows, eval_rows, uniq_rows = split_items(cfg, unique=paradigm == "icl_unique")
-    render = dict(five_choices=m.csqa_five_choices)
-    pool, evals = P.render(cfg.task.name, pool_rows, **render), P.render(cfg.task.name, eval_rows, **render)
-    if m.label_space:  # ours: " positive" in demos, SFT texts and scoring alike (README, deviations)
-        pool, evals = P.with_label_space(pool), P.with_label_space(evals)
+    pool_rows, eval_rows, unique_rows = split_items(cfg, unique=paradigm == "icl_unique")
+    pool, evals = _render(cfg, pool_rows), _render(cfg, eval_rows)
     labels = sorted({o for _, o in evals} | {o for _, o in pool})
-    label_ids = X.label_token_ids(tok, labels, in_context=m.label_space)
-    gold = [labels.index(o) for _, o in evals]
-    store = ctx.store(dtype=m.store_dtype)
-    ctx.n_samples.update(train_examples=len(pool), eval_examples=len(evals), unique_pool=len(uniq_rows),
+    label_ids = extract.label_token_ids(tok, labels, in_context=m.label_space)
+    setting = Setting(tok, lm, base_key, tokenizer_fingerprint(tok), ctx.store(dtype=m.store_dtype), pool, evals,
+                      labels, label_ids, [labels.index(o) for _, o in evals], unique_rows)
+    ctx.n_samples.update(train_examples=len(pool), eval_examples=len(evals), unique_pool=len(unique_rows),
                          max_length=m.max_prompt_tokens)
     ctx.extra.update(paradigm=paradigm, k=k, labels=labels,
                      label_tokens=[tok.convert_ids_to_tokens(i) for i in label_ids])
+    return _sft(cfg, ctx, setting) if paradigm == "sft" else _icl(cfg, ctx, setting, paradigm, k)
 
-    if paradigm != "sft":
-        demo_pool = P.render(cfg.task.name, uniq_rows, **render) if paradigm == "icl_unique" else pool
-        if paradigm == "icl_unique" and m.label_space:
-            demo_pool = P.with_label_space(demo_pool)
-        prompts = P.build(paradigm, k, evals, demo_pool, m.demo_seed)
-        res = measure(store, lm, tok, tok_key, base_key, prompts, gold, label_ids, cfg, ctx.device,
-                      m.auc_bootstrap)
-        _keep_for_claims(ctx, res, gold, m)
-        ctx.extra.update(prompt_examples=prompts[:2], **res)
-        return {**summary(res, m, "eval"), **_timing(res)}
 
-    # SFT: LoRA on the pool's `input\noutput` texts; measure train and eval prompts per epoch (0 = base model)
-    from intrinsic_dim import sft as S
-    train_texts = [tok(P.combined(it), truncation=True, max_length=m.sft_max_length)["input_ids"] for it in pool]
+def _render(cfg: DictConfig, rows: list[dict]) -> list[tuple[str, str]]:
+    """The task's (input, output) items; with method.label_space, each label written as scored (" positive")."""
+    items = prompts.render(cfg.task.name, rows, five_choices=cfg.method.csqa_five_choices)
+    return prompts.with_label_space(items) if cfg.method.label_space else items
+
+
+def _icl(cfg: DictConfig, ctx: RunContext, setting: Setting, paradigm: str, k: int) -> dict[str, float]:
+    """ICL-k: the eval items with k demos each (from the pool, or never reused: the unique-demo pool) on the base
+    model."""
+    m = cfg.method
+    demos = _render(cfg, setting.unique_rows) if paradigm == "icl_unique" else setting.pool
+    texts = prompts.build(paradigm, k, setting.evals, demos, m.demo_seed)
+    res = setting.measure(cfg, ctx, setting.lm, setting.base_key, texts, setting.gold, m.auc_bootstrap)
+    _keep_for_claims(ctx, res, setting.gold, m)
+    ctx.extra.update(prompt_examples=texts[:2], **res)
+    return {**summary(res, m, "eval"), **_timing(res)}
+
+
+def _sft(cfg: DictConfig, ctx: RunContext, setting: Setting) -> dict[str, float]:
+    """SFT: LoRA on the pool's `input\noutput` texts; train and eval prompts (zero-shot) measured at every epoch's
+    checkpoint, epoch 0 being the base model."""
+    m, tok, pool = cfg.method, setting.tok, setting.pool
+    train_texts = [tok(prompts.combined(it), truncation=True, max_length=m.sft_max_length)["input_ids"]
+                   for it in pool]
     prompt_lens = completion_starts(tok, pool, m.sft_max_length) if m.sft_loss == "completion" else None
     n_tr = len(pool) if m.sft_eval_train_n is None else min(m.sft_eval_train_n, len(pool))
-    splits = {"train": ([P.zero_shot(q) for q in pool[:n_tr]], [labels.index(o) for _, o in pool[:n_tr]]),
-              "eval": ([P.zero_shot(q) for q in evals], gold)}
+    splits = {"train": ([prompts.zero_shot(q) for q in pool[:n_tr]],
+                        [setting.labels.index(o) for _, o in pool[:n_tr]]),
+              "eval": ([prompts.zero_shot(q) for q in setting.evals], setting.gold)}
     checkpoints: list[dict] = []
 
     def measure_all(epoch: int, step: int, key: str) -> None:
-        for split, (prompts, g) in splits.items():
+        for split, (texts, gold) in splits.items():
             last = split == "eval" and epoch == m.sft_epochs  # the run's result: what the claims compare
-            res = measure(store, model, tok, tok_key, key, prompts, g, label_ids, cfg, ctx.device,
-                          m.auc_bootstrap if last else 0)
+            res = setting.measure(cfg, ctx, model, key, texts, gold, m.auc_bootstrap if last else 0)
             if last:
-                _keep_for_claims(ctx, res, g, m)
+                _keep_for_claims(ctx, res, gold, m)
             for kept in ("pred", "auc_replicates", "curve_replicates"):  # not in the checkpoint list
                 res.pop(kept, None)
             checkpoints.append({"epoch": epoch, "step": step, "split": split, **res})
             log.info("sft epoch %d %s: accuracy %.4f, TwoNN AUC %.2f", epoch, split, res["accuracy"],
                      res["auc"]["twonn"][m.auc_norm])
 
-    model = S.add_lora(lm, m.lora_r, m.lora_alpha, m.lora_dropout, list(m.lora_targets))
+    model = sft.add_lora(setting.lm, m.lora_r, m.lora_alpha, m.lora_dropout, list(m.lora_targets))
     try:
-        measure_all(0, 0, base_key)  # B = 0: the wrapped model computes exactly what the base does
-        ckpt_dir = _checkpoint_dir(cfg, ctx, base_key, train_texts, precision)
-        steps_per_epoch = -(-len(train_texts) // m.sft_batch_size)
-        files = [ckpt_dir / f"epoch-{e}.safetensors" for e in range(1, m.sft_epochs + 1)]
-        timing = {}
-        # train.json is written last: without it the files may mix two trainings (a forced retrain cut short)
-        if not cfg.force and (ckpt_dir / "train.json").is_file() and all(f.is_file() for f in files):
-            from safetensors.torch import load_file
-            log.info("sft: reusing %d cached LoRA checkpoints from %s", len(files), ckpt_dir)
-            for e, f in enumerate(files, 1):
-                state = load_file(str(f))
-                S.load_lora_state(model, state)
-                measure_all(e, e * steps_per_epoch, X.lora_key(base_key, state))
-            timing = json.loads((ckpt_dir / "train.json").read_text())
-        else:
-            from safetensors.torch import save_file
-            ckpt_dir.mkdir(parents=True, exist_ok=True)
-            (ckpt_dir / "train.json").unlink(missing_ok=True)  # force=true: retrained, each file replaced atomically
-
-            def on_epoch(epoch: int, step: int) -> None:
-                state = S.lora_state(model)
-                tmp = files[epoch - 1].with_suffix(".tmp")
-                save_file(state, str(tmp))
-                tmp.replace(files[epoch - 1])
-                measure_all(epoch, step, X.lora_key(base_key, state))
-
-            timing = S.train(model, train_texts, epochs=m.sft_epochs, lr=m.sft_lr, batch_size=m.sft_batch_size,
-                             warmup_ratio=m.sft_warmup_ratio, seed=cfg.seed, device=ctx.device,
-                             pad_id=tok.pad_token_id, group_by_length=m.sft_group_by_length, on_epoch=on_epoch,
-                             log=log.info, prompt_lens=prompt_lens, log_metrics=ctx.sink, precision=precision,
-                             gradient_checkpointing=bool(m.sft_gradient_checkpointing))
-            write_json(ckpt_dir / "train.json", timing)
-        ctx.extra.update(checkpoints=checkpoints, prompt_examples=[P.combined(pool[0]), splits["eval"][0][0]],
-                         checkpoint_dir=str(ckpt_dir), sft_steps_per_epoch=steps_per_epoch)
+        measure_all(0, 0, setting.base_key)  # B = 0: the wrapped model computes exactly what the base does
+        ckpt_dir, timing = _sft_checkpoints(cfg, ctx, model, setting.base_key, train_texts, prompt_lens,
+                                            tok.pad_token_id, measure_all)
+        ctx.extra.update(checkpoints=checkpoints, prompt_examples=[prompts.combined(pool[0]), splits["eval"][0][0]],
+                         checkpoint_dir=str(ckpt_dir), sft_steps_per_epoch=_steps_per_epoch(train_texts, m))
         last = {s: [c for c in checkpoints if c["split"] == s][-1] for s in splits}
         ext = sum(c["extract_s"] for c in checkpoints)
         return {**summary(last["eval"], m, "eval"), **summary(last["train"], m, "train"),
@@ -330,19 +312,81 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
         model.unload()  # the base weights as loaded (frozen, untouched), for the next run of this process
 
 
+def _steps_per_epoch(train_texts: list[list[int]], m: DictConfig) -> int:
+    return -(-len(train_texts) // m.sft_batch_size)
+
+
+# ---- the LoRA checkpoint cache ---------------------------------------------------------------------------------
+
+def _sft_checkpoints(cfg: DictConfig, ctx: RunContext, model, base_key: str, train_texts: list[list[int]],
+                     prompt_lens: list[int] | None, pad_id: int,
+                     measure_at: Callable[[int, int, str], None]) -> tuple[Path, dict]:
+    """(cache directory, training timing) of one SFT setting's per-epoch LoRA checkpoints: read from the cache when
+    a finished training left them there, else trained now and written. `measure_at(epoch, step, weights key)` runs at
+    each checkpoint either way, with the checkpoint's adapters in `model`."""
+    m = cfg.method
+    precision = sft_precision(cfg)
+    ckpt_dir = _checkpoint_dir(cfg, ctx, base_key, train_texts, precision)
+    files = [ckpt_dir / f"epoch-{e}.safetensors" for e in range(1, m.sft_epochs + 1)]
+    done = ckpt_dir / "train.json"
+    # train.json is written last: without it the files may mix two trainings (a forced retrain cut short)
+    if not cfg.force and done.is_file() and all(f.is_file() for f in files):
+        from safetensors.torch import load_file
+        log.info("sft: reusing %d cached LoRA checkpoints from %s", len(files), ckpt_dir)
+        for e, f in enumerate(files, 1):
+            state = load_file(str(f))
+            sft.load_lora_state(model, state)
+            measure_at(e, e * _steps_per_epoch(train_texts, m), extract.lora_key(base_key, state))
+        return ckpt_dir, json.loads(done.read_text())
+    from safetensors.torch import save_file
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    done.unlink(missing_ok=True)  # force=true: retrained, each file replaced whole
+
+    def on_epoch(epoch: int, step: int) -> None:
+        state = sft.lora_state(model)
+        with replacing(files[epoch - 1]) as tmp:
+            save_file(state, str(tmp))
+        measure_at(epoch, step, extract.lora_key(base_key, state))
+
+    timing = sft.train(model, train_texts, epochs=m.sft_epochs, lr=m.sft_lr, batch_size=m.sft_batch_size,
+                       warmup_ratio=m.sft_warmup_ratio, seed=cfg.seed, device=ctx.device, pad_id=pad_id,
+                       group_by_length=m.sft_group_by_length, on_epoch=on_epoch, log=log.info,
+                       prompt_lens=prompt_lens, log_metrics=ctx.sink, precision=precision,
+                       gradient_checkpointing=bool(m.sft_gradient_checkpointing))
+    write_json(done, timing)
+    return ckpt_dir, timing
+
+
+def _checkpoint_dir(cfg: DictConfig, ctx: RunContext, base_key: str, train_texts: list[list[int]],
+                    precision: str = "fp32") -> Path:
+    """Cache directory of one SFT run's LoRA checkpoints, keyed by everything that determines the training: the base
+    weights' fingerprint, the training texts' token ids (tokenizer and data), the settings and the code version."""
+    m = cfg.method
+    # precision enters the key only when it is not fp32, so the fp32 checkpoints cached so far keep their keys; 20
+    # digits, the length every cached entry is named by
+    key = config_key({
+        **({"precision": precision} if precision != "fp32" else {}),
+        "base": base_key, "r": m.lora_r, "alpha": m.lora_alpha, "dropout": m.lora_dropout,
+        "targets": list(m.lora_targets), "epochs": m.sft_epochs, "lr": m.sft_lr, "bs": m.sft_batch_size,
+        "warmup": m.sft_warmup_ratio, "group": m.sft_group_by_length, "seed": cfg.seed, "loss": m.sft_loss,
+        "device": ctx.device.type, "data": config_key(train_texts, 64), "version": CHECKPOINT_VERSION,
+    }, 20)
+    return cache_root("lora-checkpoints", m.checkpoint_dir) / key
+
+
 def completion_starts(tok, items: list[tuple[str, str]], max_length: int) -> list[int]:
     """Where each SFT text's label begins: the first token whose characters start at or after the zero-shot
     prompt's end (offsets of a fast tokenizer); a token straddling the boundary would hide the label's first token."""
     out = []
     for it in items:
-        cut = len(P.zero_shot(it))
-        offsets = tok(P.combined(it), return_offsets_mapping=True, truncation=True,
+        cut = len(prompts.zero_shot(it))
+        offsets = tok(prompts.combined(it), return_offsets_mapping=True, truncation=True,
                       max_length=max_length)["offset_mapping"]
         real = [(i, a, b) for i, (a, b) in enumerate(offsets) if b > a]  # special tokens have empty spans
         start = next((i for i, a, _ in real if a >= cut), None)
         if start is None or any(a < cut < b for _, a, b in real):
             raise ValueError(f"method.sft_loss=completion: the label {it[1]!r} does not start a token after the "
-                             f"prompt {P.zero_shot(it)[-30:]!r} (merged or truncated); use method.sft_loss=full")
+                             f"prompt {prompts.zero_shot(it)[-30:]!r} (merged or truncated); use method.sft_loss=full")
         out.append(start)
     return out
 
@@ -364,21 +408,3 @@ def _timing(res: dict) -> dict[str, float]:
     if res["tokens_per_s"] is not None:
         out["extract/tokens_per_s"] = res["tokens_per_s"]
     return out
-
-
-def _checkpoint_dir(cfg: DictConfig, ctx: RunContext, base_key: str, train_texts: list[list[int]],
-                    precision: str = "fp32") -> Path:
-    """Cache directory of one SFT run's LoRA checkpoints, keyed by everything that determines the training: the base
-    weights' fingerprint, the training texts' token ids (tokenizer and data), the settings and the code version."""
-    m = cfg.method
-    # precision enters the key only when it is not fp32, so the fp32 checkpoints cached so far keep their keys
-    h = hashlib.sha256(json.dumps({
-        **({"precision": precision} if precision != "fp32" else {}),
-        "base": base_key, "r": m.lora_r, "alpha": m.lora_alpha, "dropout": m.lora_dropout,
-        "targets": list(m.lora_targets), "epochs": m.sft_epochs, "lr": m.sft_lr, "bs": m.sft_batch_size,
-        "warmup": m.sft_warmup_ratio, "group": m.sft_group_by_length, "seed": cfg.seed, "loss": m.sft_loss,
-        "device": ctx.device.type, "data": hashlib.sha256(json.dumps(train_texts).encode()).hexdigest(),
-        "version": CHECKPOINT_VERSION,
-    }, sort_keys=True).encode()).hexdigest()[:20]
-    root = Path(m.checkpoint_dir) if m.checkpoint_dir else Path(ctx.store_dir).parent / "lora-checkpoints"
-    return root / h

@@ -1,7 +1,15 @@
-"""Supervised fine-tuning with LoRA (spec §1.4): peft adapters on q/k/v/o of every layer, a causal-LM loss over
-the whole `input\\noutput` text (the official trl.SFTTrainer has no completion-only collator), HF-Trainer defaults
-for the rest (AdamW without weight decay, linear warmup then linear decay, gradient clipping at 1.0), and a callback
-after every epoch, where the caller measures accuracy and ID on a checkpoint. Plain torch + peft; no I/O."""
+"""Supervised fine-tuning with LoRA [P]: peft adapters on q/k/v/o of every layer, a causal-LM loss over the whole
+`input\\noutput` text (the official trl.SFTTrainer has no completion-only collator [C]), HF-Trainer defaults for the
+rest (AdamW without weight decay, linear warmup then linear decay, gradient clipping at 1.0), and a callback after
+every epoch, where the caller measures accuracy and ID on a checkpoint. Plain torch + peft; no I/O.
+
+Why a loop of its own beside `experiments.train.fit`: fit trains on `model(**batch).loss` and keeps the weights that
+score best on an objective it evaluates; this loop can train on the label tokens alone, projecting onto the
+vocabulary only at those positions (`completion_loss`: a 262k-row lm_head over every position would dominate), and
+keeps every epoch's weights, handing each to the caller in eval mode (`on_epoch`, outside the training time) to be
+measured and cached, with no selection and no early stopping. Its schedule is the HF Trainer's the paper's code ran,
+not the suite's: warmup steps rounded up and a first step at lr 0 (`linear_schedule(hf=True)`), with torch's
+default (unfused) AdamW over the adapters alone."""
 from __future__ import annotations
 
 import math

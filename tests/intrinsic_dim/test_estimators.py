@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from intrinsic_dim import auc as A
-from intrinsic_dim import estimators as E
+from intrinsic_dim import auc, estimators
 
 
 def embedded_gaussian(n: int, d: int, D: int = 100, seed: int = 0) -> np.ndarray:
@@ -35,51 +34,53 @@ def skdim_mle(X, k: int) -> float:
 def test_twonn_equals_skdim_in_float64(shape, seed):
     n, D, d = shape
     X = embedded_gaussian(n, d, D, seed) + 1e-3 * np.random.default_rng(seed).standard_normal((n, D))
-    ours, ref = E.twonn(X), skdim_twonn(X)
+    ours, ref = estimators.twonn(X), skdim_twonn(X)
     assert abs(ours - ref) / ref <= 1e-10
 
 
 def test_twonn_float32_input_is_computed_in_float64():
     X = embedded_gaussian(400, 8, 64, 3).astype(np.float32)
-    assert E.twonn(X) == E.twonn(X.astype(np.float64))  # cast first, then the same float64 computation
-    assert abs(E.twonn(X) - skdim_twonn(X)) / skdim_twonn(X) < 1e-4  # skdim works in float32 here
+    # cast first, then the same float64 computation
+    assert estimators.twonn(X) == estimators.twonn(X.astype(np.float64))
+    assert abs(estimators.twonn(X) - skdim_twonn(X)) / skdim_twonn(X) < 1e-4  # skdim works in float32 here
 
 
 def test_torch_and_numpy_inputs_agree():
     X = embedded_gaussian(300, 4, 40, 4)
-    assert E.twonn(torch.from_numpy(X)) == E.twonn(X)
-    assert E.mle(torch.from_numpy(X).float(), k=20) == pytest.approx(E.mle(X.astype(np.float32), k=20), rel=1e-12)
+    assert estimators.twonn(torch.from_numpy(X)) == estimators.twonn(X)
+    assert estimators.mle(torch.from_numpy(X).float(), k=20) == \
+        pytest.approx(estimators.mle(X.astype(np.float32), k=20), rel=1e-12)
 
 
 @pytest.mark.parametrize("d", [2, 5, 10])
 def test_known_dimensions_within_10_percent(d):
     X = embedded_gaussian(5000, d, 100, d)
-    assert E.twonn(X) == pytest.approx(d, rel=0.10)
-    assert E.mle(X, k=50) == pytest.approx(d, rel=0.10)
+    assert estimators.twonn(X) == pytest.approx(d, rel=0.10)
+    assert estimators.mle(X, k=50) == pytest.approx(d, rel=0.10)
 
 
 def test_duplicates_are_dropped_and_counted():
     X = embedded_gaussian(300, 6, 50, 5)
     Xd = np.concatenate([X, X[:7], X[:2]])  # 9 duplicate rows
-    r = E.twonn_detail(Xd)
+    r = estimators.twonn_detail(Xd)
     assert r.n_duplicates == 9 and r.n_points == 300
-    assert r.value == pytest.approx(E.twonn(X), rel=1e-12)
+    assert r.value == pytest.approx(estimators.twonn(X), rel=1e-12)
     assert abs(r.value - skdim_twonn(X)) / skdim_twonn(X) <= 1e-10
-    assert E.mle_detail(Xd, k=20).n_duplicates == 9
+    assert estimators.mle_detail(Xd, k=20).n_duplicates == 9
 
 
 def test_without_dedup_the_official_floor_applies():
     X = embedded_gaussian(300, 6, 50, 6)
     Xd = np.concatenate([X, X[:1]])  # one duplicate pair: r1 = 0 for two points
-    r = E.twonn_detail(Xd, dedup=False)
+    r = estimators.twonn_detail(Xd, dedup=False)
     assert r.n_duplicates == 2 and math.isfinite(r.value)  # mu = r2 / 1e-10 lands in the discarded 10%
     # the same by hand: floor r1, fit
-    dist, _ = E.nearest_neighbours(torch.from_numpy(Xd), 2)
+    dist, _ = estimators.nearest_neighbours(torch.from_numpy(Xd), 2)
     r1 = dist[:, 0].clone()
-    r1[r1 == 0] = E.R1_FLOOR
-    assert r.value == pytest.approx(E.twonn_from_distances(r1, dist[:, 1]), rel=1e-12)
+    r1[r1 == 0] = estimators.R1_FLOOR
+    assert r.value == pytest.approx(estimators.twonn_from_distances(r1, dist[:, 1]), rel=1e-12)
     with pytest.raises(ValueError, match="duplicate"):
-        E.mle(Xd, k=10, dedup=False)
+        estimators.mle(Xd, k=10, dedup=False)
 
 
 def issue_example() -> np.ndarray:
@@ -118,13 +119,13 @@ def massive_activations() -> np.ndarray:
 @pytest.mark.parametrize("X", [issue_example(), log_radii(), far_clusters(), massive_activations()],
                          ids=["issue_example", "log_radii", "far_clusters", "massive_activations"])
 def test_twonn_equals_skdim_on_clouds_wider_than_their_neighbour_distances(X):
-    assert abs(E.twonn(X) - skdim_twonn(X)) / skdim_twonn(X) <= 1e-10
+    assert abs(estimators.twonn(X) - skdim_twonn(X)) / skdim_twonn(X) <= 1e-10
 
 
 @pytest.mark.parametrize("X", [log_radii(), far_clusters(), massive_activations()],
                          ids=["log_radii", "far_clusters", "massive_activations"])
 def test_mle_equals_skdim_on_clouds_wider_than_their_neighbour_distances(X):
-    assert abs(E.mle(X, k=20) - skdim_mle(X, 20)) / skdim_mle(X, 20) <= 1e-10
+    assert abs(estimators.mle(X, k=20) - skdim_mle(X, 20)) / skdim_mle(X, 20) <= 1e-10
 
 
 def brute_force(X: torch.Tensor, k: int) -> torch.Tensor:
@@ -138,21 +139,24 @@ def test_search_is_exact_on_far_clusters_at_any_matmul_precision(precision):
     before = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision(precision)
     try:
-        dist, idx = E.nearest_neighbours(X, 20)
-        assert E._search_precision(10, X.device)[0] == (torch.float32 if precision == "highest" else torch.float64)
+        dist, idx = estimators.nearest_neighbours(X, 20)
+        expected = torch.float32 if precision == "highest" else torch.float64
+        assert estimators._search_precision(10, X.device)[0] == expected
     finally:
         torch.set_float32_matmul_precision(before)
     assert torch.allclose(dist, brute_force(X, 20), rtol=1e-13, atol=0)
     assert torch.equal(dist, torch.linalg.vector_norm(X[idx] - X[:, None], dim=2))  # indices match distances
-    chunked = E.nearest_neighbours(X, 20, chunk_bytes=4 * 300 * 7, exact_bytes=8 * 10 * 100)  # 7 rows, 100 pairs
+    # 7 rows, 100 pairs
+    chunked = estimators.nearest_neighbours(X, 20, chunk_bytes=4 * 300 * 7, exact_bytes=8 * 10 * 100)
     assert torch.equal(chunked[0], dist) and torch.equal(chunked[1], idx)
 
 
 def test_chunked_search_equals_one_block():
     X = torch.from_numpy(embedded_gaussian(500, 7, 30, 7))
-    d1, i1 = E.nearest_neighbours(X, 5)
-    d2, i2 = E.nearest_neighbours(X, 5, chunk_bytes=4 * 500 * 3)  # 3 rows per chunk
-    d3, i3 = E.nearest_neighbours(X, 5, exact_bytes=8 * 7 * 30 * 2)  # recompute 2 rows (of 7 candidates) at a time
+    d1, i1 = estimators.nearest_neighbours(X, 5)
+    d2, i2 = estimators.nearest_neighbours(X, 5, chunk_bytes=4 * 500 * 3)  # 3 rows per chunk
+    # recompute 2 rows (of 7 candidates) at a time
+    d3, i3 = estimators.nearest_neighbours(X, 5, exact_bytes=8 * 7 * 30 * 2)
     assert torch.equal(i1, i2) and torch.equal(i1, i3)
     assert torch.equal(d1, d2) and torch.equal(d1, d3)
     brute = torch.cdist(X, X).fill_diagonal_(math.inf).sort(1)
@@ -161,34 +165,34 @@ def test_chunked_search_equals_one_block():
 
 def test_bad_input_is_named():
     with pytest.raises(ValueError, match=r"shape \(N, D\)"):
-        E.twonn(np.zeros(10))
+        estimators.twonn(np.zeros(10))
     with pytest.raises(ValueError, match="NaN"):
-        E.twonn(np.full((10, 3), np.nan))
-    with pytest.raises(E.TooFewPoints, match="3 distinct"):
-        E.twonn(np.ones((50, 4)))
-    with pytest.raises(E.TooFewPoints, match="lower k"):
-        E.mle(np.random.default_rng(0).standard_normal((30, 4)), k=50)
+        estimators.twonn(np.full((10, 3), np.nan))
+    with pytest.raises(estimators.TooFewPoints, match="3 distinct"):
+        estimators.twonn(np.ones((50, 4)))
+    with pytest.raises(estimators.TooFewPoints, match="lower k"):
+        estimators.mle(np.random.default_rng(0).standard_normal((30, 4)), k=50)
     with pytest.raises(TypeError, match="numpy array or a torch tensor"):
-        E.twonn([[1.0, 2.0]])
+        estimators.twonn([[1.0, 2.0]])
     with pytest.raises(ValueError, match="discard_fraction"):
-        E.twonn(np.random.default_rng(0).standard_normal((30, 4)), discard_fraction=1.0)
+        estimators.twonn(np.random.default_rng(0).standard_normal((30, 4)), discard_fraction=1.0)
 
 
 def test_bootstrap_interval_brackets_the_estimate():
     X = embedded_gaussian(400, 5, 40, 8)
-    lo, hi = E.bootstrap(X, E.twonn, n=10, seed=0)
-    assert lo < hi and lo < E.twonn(X) * 1.15 and hi > E.twonn(X) * 0.85
+    lo, hi = estimators.bootstrap(X, estimators.twonn, n=10, seed=0)
+    assert lo < hi and lo < estimators.twonn(X) * 1.15 and hi > estimators.twonn(X) * 0.85
 
 
 def test_normalized_auc_by_hand():
     ids = [float("nan"), 1.0, 2.0, 3.0, 4.0]  # index 0 = embedding output, dropped by default
-    assert A.normalized_auc(ids, "L") == pytest.approx(7.5 / 4)  # trapezoid 1.5 + 2.5 + 3.5, paper: / L
-    assert A.normalized_auc(ids, "L_minus_1") == pytest.approx(7.5 / 3)  # official code: x rescaled to [0, 1]
-    assert A.normalized_auc([0.0, 1, 2, 3, 4], "L", include_embedding=True) == pytest.approx(8 / 5)
+    assert auc.normalized_auc(ids, "L") == pytest.approx(7.5 / 4)  # trapezoid 1.5 + 2.5 + 3.5, paper: / L
+    assert auc.normalized_auc(ids, "L_minus_1") == pytest.approx(7.5 / 3)  # official code: x rescaled to [0, 1]
+    assert auc.normalized_auc([0.0, 1, 2, 3, 4], "L", include_embedding=True) == pytest.approx(8 / 5)
     a, b = [0, 0, 5, 5, 5], [0, 9, 1, 1, 1]  # layers 0 and 1 do not count in Fig. 4's difference
-    assert A.heatmap_difference(a, b) == pytest.approx((4 + 4) / 4)
+    assert auc.heatmap_difference(a, b) == pytest.approx((4 + 4) / 4)
     with pytest.raises(ValueError, match="auc norm"):
-        A.normalized_auc(ids, "mean")
+        auc.normalized_auc(ids, "mean")
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -200,13 +204,13 @@ def test_gram_paths_agree_and_give_the_same_estimate(threads):
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(threads)
-        G = E._gram_rows(torch.from_numpy(X), 0, len(X))
+        G = estimators._gram_rows(torch.from_numpy(X), 0, len(X))
         np.testing.assert_allclose(G.numpy(), X.astype(np.float64) @ X.T.astype(np.float64), rtol=1e-5, atol=1e-4)
         assert torch.equal(G, G.T)
-        est = E.twonn(X.astype(np.float64))
+        est = estimators.twonn(X.astype(np.float64))
     finally:
         torch.set_num_threads(before)
-    assert est == pytest.approx(E.twonn(X.astype(np.float64)), rel=1e-12)
+    assert est == pytest.approx(estimators.twonn(X.astype(np.float64)), rel=1e-12)
 
 
 @pytest.mark.parametrize("dedup", [True, False])
@@ -215,15 +219,16 @@ def test_per_point_mu_refits_to_twonn_and_resamples_pair_by_prompt(dedup):
     X = rng.normal(size=(400, 6)) @ rng.normal(size=(6, 50))
     X[[10, 20]] = X[3]  # a triplicate: dropped copies (dedup) or the official r1 floor
     X[30] = X[7]
-    mu, n_dup = E.twonn_mu(X, dedup=dedup)
-    ref = E.twonn_detail(X, dedup=dedup)
+    mu, n_dup = estimators.twonn_mu(X, dedup=dedup)
+    ref = estimators.twonn_detail(X, dedup=dedup)
     assert n_dup == ref.n_duplicates and (int(np.isnan(mu).sum()) == 3) is dedup
     if dedup:
-        assert E.twonn_fit(mu) == pytest.approx(ref.value, rel=1e-12)
-    idx = E.resample_indices(400, 300, seed=1)
-    assert (idx == E.resample_indices(400, 300, seed=1)).all()  # every arm with 400 prompts draws the same ones
+        assert estimators.twonn_fit(mu) == pytest.approx(ref.value, rel=1e-12)
+    idx = estimators.resample_indices(400, 300, seed=1)
+    # every arm with 400 prompts draws the same ones
+    assert (idx == estimators.resample_indices(400, 300, seed=1)).all()
     if dedup:
-        reps = E.twonn_fit(mu[idx])
+        reps = estimators.twonn_fit(mu[idx])
         assert reps.shape == (300,) and np.isfinite(reps).all()
         lo, hi = np.percentile(reps, [2.5, 97.5])
         assert lo < ref.value < hi and hi - lo < 0.3 * ref.value  # centred on the estimate, a usable width

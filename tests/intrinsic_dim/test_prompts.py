@@ -3,7 +3,7 @@ import random
 
 import pytest
 
-from intrinsic_dim import prompts as P
+from intrinsic_dim import prompts
 
 ROWS = {
     "qnli": ({"question": "Who wrote it?", "sentence": "It was written by Ann.", "label": 0},
@@ -38,45 +38,46 @@ ROWS = {
 @pytest.mark.parametrize("task", sorted(ROWS))
 def test_templates_render_the_papers_strings(task):
     row, inp, out = ROWS[task]
-    assert P.template(task)(row) == (inp, out)
-    assert P.combined((inp, out)) == inp + "\n" + out
-    assert P.zero_shot((inp, out)) == inp + "\n"
+    assert prompts.template(task)(row) == (inp, out)
+    assert prompts.combined((inp, out)) == inp + "\n" + out
+    assert prompts.zero_shot((inp, out)) == inp + "\n"
 
 
 def test_every_template_has_a_recipe_and_the_papers_seeds():
-    assert set(P.TEMPLATES) == set(P.RECIPES)
-    assert P.RECIPES["mmlu"].seed == 50 and P.RECIPES["cola"].seed == 17 and P.RECIPES["qnli"].seed == 42
-    assert P.RECIPES["ag-news"].eval == "test" and P.RECIPES["sst2"].eval == "train"
+    assert set(prompts.TEMPLATES) == set(prompts.RECIPES)
+    seeds = {name: prompts.RECIPES[name].seed for name in ("mmlu", "cola", "qnli")}
+    assert seeds == {"mmlu": 50, "cola": 17, "qnli": 42}
+    assert prompts.RECIPES["ag-news"].eval == "test" and prompts.RECIPES["sst2"].eval == "train"
 
 
 def test_csqa_option_e_only_on_request():
     row = ROWS["commonsense-qa"][0]
-    assert "- E:" not in P.template("commonsense-qa")(row)[0]
-    assert P.template("commonsense-qa")(row, five_choices=True)[0].endswith("- D: desk\n\n- E: sea")
+    assert "- E:" not in prompts.template("commonsense-qa")(row)[0]
+    assert prompts.template("commonsense-qa")(row, five_choices=True)[0].endswith("- D: desk\n\n- E: sea")
 
 
 def test_icl_prompt_assembly():
     demos = [("d1", "a"), ("d2", "b")]
-    assert P.icl(demos, ("q", "x")) == "d1\na\n\nd2\nb\n\nq\n"
-    prompts = P.build("icl", 0, [("q", "x")], demos)
-    assert prompts == ["q\n"]
+    assert prompts.icl(demos, ("q", "x")) == "d1\na\n\nd2\nb\n\nq\n"
+    built = prompts.build("icl", 0, [("q", "x")], demos)
+    assert built == ["q\n"]
 
 
 def test_demo_sampling_matches_the_official_code():
     random.seed(42)
     expected = [random.sample(range(1000), 5) for _ in range(20)]
-    assert P.demo_indices(20, 5, 1000, seed=42) == expected
+    assert prompts.demo_indices(20, 5, 1000, seed=42) == expected
     assert all(len(set(row)) == 5 for row in expected)
 
 
 def test_unique_demos_are_never_reused():
-    idx = P.unique_demo_indices(50, 4, 300, seed=1)
+    idx = prompts.unique_demo_indices(50, 4, 300, seed=1)
     flat = [i for row in idx for i in row]
     assert len(flat) == len(set(flat)) == 200
     with pytest.raises(ValueError, match="unique_pool"):
-        P.unique_demo_indices(100, 4, 300)
+        prompts.unique_demo_indices(100, 4, 300)
 
 
 def test_unknown_task_names_the_fix():
     with pytest.raises(KeyError, match="TEMPLATES"):
-        P.template("wnut16")
+        prompts.template("wnut16")

@@ -6,23 +6,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from experiments.models import byte_tokenizer, tokenizer_fingerprint
 from experiments.results import load_runs
 from experiments.run import execute
 from intrinsic_dim import report
-from intrinsic_dim.run import parse_variant
+from intrinsic_dim import run as id_run
 from tests.conftest import compose
 
 
 def _cfg(tmp_path, *overrides):
     return compose("experiment=intrinsic_dim/smoke", f"results_dir={tmp_path / 'results'}",
-                   f"store.dir={tmp_path / 'store'}", *overrides)
-
-
-def test_parse_variant_and_bad_variant():
-    assert parse_variant("icl-10") == ("icl", 10) and parse_variant("icl_unique-2") == ("icl_unique", 2)
-    assert parse_variant("sft") == ("sft", 0)
-    with pytest.raises(ValueError, match="icl-<k>"):
-        parse_variant("icl5")
+                   f"store.dir={tmp_path / 'store'}", f"method.checkpoint_dir={tmp_path / 'lora'}", *overrides)
 
 
 @pytest.mark.slow  # ~4 s quiet: five in-process runs (training included) and the report
@@ -75,31 +69,29 @@ def test_bad_variant_fails_naming_the_fix(tmp_path):
 def test_split_recipe_matches_datasets_shuffle_and_never_overlaps(tmp_path, monkeypatch):
     import datasets
 
-    from intrinsic_dim import run as R
     rows = [{"sentence": f"s{i}", "label": i % 2} for i in range(400)]
-    monkeypatch.setattr(R, "load_rows", lambda task, data, split: rows)
+    monkeypatch.setattr(id_run, "load_rows", lambda task, data, split: rows)
     cfg = _cfg(tmp_path, "task=sst2", "data.source=hub", "method.n_train=100", "method.n_eval=50")
-    pool, evals, uniq = R.split_items(cfg, unique=False)
+    pool, evals, uniq = id_run.split_items(cfg, unique=False)
     order = datasets.Dataset.from_list(rows).shuffle(seed=42)["sentence"]  # the official DatasetDict.shuffle(42)
     assert [r["sentence"] for r in pool] == order[:100]
     assert [r["sentence"] for r in evals] == order[100:150]  # same source split: the items after the pool
     cfg = _cfg(tmp_path, "task=sst2", "data.source=hub", "method.n_train=100", "method.n_eval=50",
                "method.unique_pool=300")
-    pool, evals, uniq = R.split_items(cfg, unique=True)
+    pool, evals, uniq = id_run.split_items(cfg, unique=True)
     assert [r["sentence"] for r in uniq] == order[:300] and [r["sentence"] for r in evals] == order[300:350]
     cfg = _cfg(tmp_path, "task=sst2", "data.source=hub", "method.n_train=100", "method.n_eval=50", "method.dev=true")
-    pool, dev, _ = R.split_items(cfg, unique=False)  # dev: after the pool and the eval items carved from train
+    pool, dev, _ = id_run.split_items(cfg, unique=False)  # dev: after the pool and the eval items carved from train
     assert [r["sentence"] for r in pool] == order[:100] and [r["sentence"] for r in dev] == order[150:200]
 
 
 def test_dev_split_of_an_offline_task_is_train_rows_after_the_pool(tmp_path, monkeypatch):
-    from intrinsic_dim import run as R
     rows = {"train": [{"text": f"t{i}", "label": i % 2} for i in range(300)],
             "eval": [{"text": f"e{i}", "label": i % 2} for i in range(80)]}
-    monkeypatch.setattr(R, "load_rows", lambda task, data, split: rows[split])
+    monkeypatch.setattr(id_run, "load_rows", lambda task, data, split: rows[split])
     base = ("task=rt-polarity", "method.n_train=100", "method.n_eval=50")
-    pool, evals, _ = R.split_items(_cfg(tmp_path, *base), unique=False)
-    pool_d, dev, _ = R.split_items(_cfg(tmp_path, *base, "method.dev=true"), unique=False)
+    pool, evals, _ = id_run.split_items(_cfg(tmp_path, *base), unique=False)
+    pool_d, dev, _ = id_run.split_items(_cfg(tmp_path, *base, "method.dev=true"), unique=False)
     assert pool_d == pool and all(r["text"].startswith("e") for r in evals)
     assert len(dev) == 50 and all(r["text"].startswith("t") for r in dev)
     assert not {r["text"] for r in dev} & {r["text"] for r in pool}
@@ -107,8 +99,7 @@ def test_dev_split_of_an_offline_task_is_train_rows_after_the_pool(tmp_path, mon
 
 @pytest.mark.slow  # ~4 s: three tiny runs, then the claims machinery on their records
 def test_records_carry_what_the_claims_bootstrap(tmp_path):
-    from experiments.evidence import claims as C
-    from experiments.evidence import verdicts as V
+    from experiments.evidence import claims, verdicts
     recs = {}
     for v in ("icl-0", "icl-2", "sft"):
         recs[v] = execute(_cfg(tmp_path, f"method.variant={v}", "method.auc_bootstrap=200", "method.label_space=true",
@@ -128,15 +119,15 @@ def test_records_carry_what_the_claims_bootstrap(tmp_path):
                      "pair_by": ["model.name", "task.name", "seed"], "test": {"kind": "direction", "sign": "+"}},
                     {"metric": "eval/accuracy", "a": {"method.variant": "sft"}, "b": {"method.variant": "icl-0"},
                      "pair_by": ["model.name", "task.name", "seed"], "test": {"kind": "direction", "sign": "+"}}]}]}
-    claim = C.parse_claims(doc).claims[0]
-    auc, acc = (V.evaluate_comparison(claim, c, list(recs.values())) for c in claim.comparisons)
+    claim = claims.parse_claims(doc).claims[0]
+    auc, acc = (verdicts.evaluate_comparison(claim, c, list(recs.values())) for c in claim.comparisons)
     assert "bootstrap replicates" in auc.n and auc.ci[0] < auc.estimate < auc.ci[1]
     assert auc.estimate == pytest.approx(recs["icl-2"]["metrics"]["eval/auc_twonn"]
                                          - recs["sft"]["metrics"]["eval/auc_twonn"])
     assert "16 examples" in acc.n and acc.ci is not None
-    layer = C.parse_claims({**doc, "claims": [{**doc["claims"][0], "compare": {
+    layer = claims.parse_claims({**doc, "claims": [{**doc["claims"][0], "compare": {
         **doc["claims"][0]["compare"][0], "metric": "extra.curves.twonn", "reduce": "min"}}]}).claims[0]
-    low = V.evaluate_comparison(layer, layer.comparisons[0], list(recs.values()))
+    low = verdicts.evaluate_comparison(layer, layer.comparisons[0], list(recs.values()))
     assert "bootstrap replicates" in low.n and low.ci[0] <= low.estimate <= low.ci[1]
 
 
@@ -145,14 +136,30 @@ def test_lora_checkpoints_key_on_weights_data_and_code_version(tmp_path, monkeyp
 
     import torch
 
-    from intrinsic_dim import run as R
     cfg, ctx = _cfg(tmp_path, "method.variant=sft"), SimpleNamespace(device=torch.device("cpu"), store_dir=tmp_path)
-    key = R._checkpoint_dir(cfg, ctx, "weights-a", [[5, 6]])
-    assert R._checkpoint_dir(cfg, ctx, "weights-a", [[5, 6]]) == key
-    assert R._checkpoint_dir(cfg, ctx, "weights-b", [[5, 6]]) != key  # other base weights
-    assert R._checkpoint_dir(cfg, ctx, "weights-a", [[5, 7]]) != key  # other data or tokenizer: other token ids
-    monkeypatch.setattr(R, "CHECKPOINT_VERSION", R.CHECKPOINT_VERSION + 1)
-    assert R._checkpoint_dir(cfg, ctx, "weights-a", [[5, 6]]) != key  # other training code
+    key = id_run._checkpoint_dir(cfg, ctx, "weights-a", [[5, 6]])
+    assert key.parent == tmp_path / "lora"  # method.checkpoint_dir
+    assert id_run._checkpoint_dir(cfg, ctx, "weights-a", [[5, 6]]) == key
+    assert id_run._checkpoint_dir(cfg, ctx, "weights-b", [[5, 6]]) != key  # other base weights
+    assert id_run._checkpoint_dir(cfg, ctx, "weights-a", [[5, 7]]) != key  # other data or tokenizer: other token ids
+    monkeypatch.setattr(id_run, "CHECKPOINT_VERSION", id_run.CHECKPOINT_VERSION + 1)
+    assert id_run._checkpoint_dir(cfg, ctx, "weights-a", [[5, 6]]) != key  # other training code
+
+
+def test_lora_checkpoints_keep_the_names_and_directory_they_were_cached_under(tmp_path, monkeypatch):
+    """A refactor of the key must not orphan the cached checkpoints: these names were computed by the key as it was
+    when the CPU tier's checkpoints were cached, and the default root is the asset cache's lora-checkpoints/ (where
+    the committed records say they live), whatever store.dir says."""
+    from types import SimpleNamespace
+
+    import torch
+
+    monkeypatch.setenv("STRATA_CACHE", str(tmp_path / "cache"))
+    cfg = compose("experiment=intrinsic_dim/smoke", "method.variant=sft", f"store.dir={tmp_path / 'elsewhere'}")
+    ctx = SimpleNamespace(device=torch.device("cpu"), store_dir=tmp_path / "elsewhere")
+    root = tmp_path / "cache" / "lora-checkpoints"
+    assert id_run._checkpoint_dir(cfg, ctx, "weights-a", [[5, 6], [7]]) == root / "b13c897cd9bd13923e50"
+    assert id_run._checkpoint_dir(cfg, ctx, "weights-a", [[5, 6], [7]], "bf16") == root / "0f934ed08e1f1b46def9"
 
 
 @pytest.mark.slow  # ~6 s: three tiny one-epoch SFT runs
@@ -182,7 +189,6 @@ def test_bad_sft_loss_fails_naming_the_key(tmp_path):
 
 @pytest.mark.slow  # ~8 s: three tiny runs and a fresh reload
 def test_a_sweep_loads_and_fingerprints_its_model_once(tmp_path, monkeypatch):
-    from intrinsic_dim import run as R
     counts = {"load": 0, "fingerprint": 0}
 
     def counted(name, fn):
@@ -191,9 +197,9 @@ def test_a_sweep_loads_and_fingerprints_its_model_once(tmp_path, monkeypatch):
             return fn(*a, **kw)
         return wrapper
 
-    monkeypatch.setattr(R, "load_causal_lm", counted("load", R.load_causal_lm))
-    monkeypatch.setattr(R, "model_fingerprint", counted("fingerprint", R.model_fingerprint))
-    monkeypatch.setattr(R, "_models", R.Memo(1))
+    monkeypatch.setattr(id_run, "load_causal_lm", counted("load", id_run.load_causal_lm))
+    monkeypatch.setattr(id_run, "model_fingerprint", counted("fingerprint", id_run.model_fingerprint))
+    monkeypatch.setattr(id_run, "_models", id_run.Memo(1))
     recs = {v: execute(_cfg(tmp_path, f"method.variant={v}", "method.sft_epochs=1"), tmp_path / "run" / v)
             for v in ("icl-0", "sft", "icl-2")}
     assert all(r["status"] == "ok" for r in recs.values()), [r.get("error") for r in recs.values()]
@@ -201,7 +207,7 @@ def test_a_sweep_loads_and_fingerprints_its_model_once(tmp_path, monkeypatch):
     assert recs["icl-0"]["extra"]["computed_prompts"] == 16
     # after the SFT run the cached model is the base again: its epoch-0 states were the icl-0 ones, and a fresh
     # process (an emptied memo) gives the icl-2 run the same numbers
-    R._models.clear()
+    id_run._models.clear()
     fresh = execute(_cfg(tmp_path, "method.variant=icl-2", f"store.dir={tmp_path / 'store2'}"), tmp_path / "fresh")
     assert counts == {"load": 2, "fingerprint": 2}
     assert fresh["extra"]["computed_prompts"] == 16  # an empty store: computed anew, with the reloaded model
@@ -218,3 +224,4 @@ def test_prompts_are_capped_at_the_model_context(tmp_path):
     assert ok["status"] == "ok", ok.get("error")
     assert ok["extra"]["prompt_token_limit"] == 512  # tiny-llama's context, not the 8192 asked for
     assert ok["extra"]["prompt_token_limit_by"] == "model.max_position_embeddings"
+    assert ok["provenance"]["tokenizer"] == tokenizer_fingerprint(byte_tokenizer())  # tiny-llama's tokenizer

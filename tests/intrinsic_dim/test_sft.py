@@ -3,7 +3,7 @@ full forward, and the whole-text loss is the model's own."""
 import pytest
 import torch
 
-from intrinsic_dim import sft as S
+from intrinsic_dim import sft
 
 
 def _data(tok):
@@ -16,10 +16,10 @@ def _data(tok):
 def test_completion_loss_equals_cross_entropy_at_the_label_positions(lm_tok):
     lm, tok = lm_tok
     texts, starts = _data(tok)
-    (batch,) = S.batches(texts, 3, seed=0, epoch=1, group_by_length=False, pad_id=tok.pad_token_id,
-                         prompt_lens=starts)
+    (batch,) = sft.batches(texts, 3, seed=0, epoch=1, group_by_length=False, pad_id=tok.pad_token_id,
+                           prompt_lens=starts)
     with torch.no_grad():
-        got = S.completion_loss(lm, batch)
+        got = sft.completion_loss(lm, batch)
         logits = lm(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
     terms = []
     for b, i in enumerate(batch["input_ids"].tolist()):
@@ -30,32 +30,32 @@ def test_completion_loss_equals_cross_entropy_at_the_label_positions(lm_tok):
             terms.append(-torch.log_softmax(logits[b, pos - 1], -1)[text[pos]])
     assert len(terms) == sum(len(t) - s for t, s in zip(texts, starts)) >= 3  # every label token, no prompt token
     assert torch.allclose(got, torch.stack(terms).mean(), atol=1e-5)
-    full = S.batches(texts, 3, seed=0, epoch=1, group_by_length=False, pad_id=tok.pad_token_id)[0]
+    full = sft.batches(texts, 3, seed=0, epoch=1, group_by_length=False, pad_id=tok.pad_token_id)[0]
     with torch.no_grad():  # without prompt_lens the loss is the model's own over the whole text
-        assert torch.allclose(S.completion_loss(lm, full), lm(**full).loss, atol=1e-5)
+        assert torch.allclose(sft.completion_loss(lm, full), lm(**full).loss, atol=1e-5)
 
 
 def test_completion_loss_refuses_a_batch_without_labels(lm_tok):
     lm, tok = lm_tok
     texts, _ = _data(tok)
-    (batch,) = S.batches(texts, 3, 0, 1, False, tok.pad_token_id, prompt_lens=[len(t) for t in texts])
+    (batch,) = sft.batches(texts, 3, 0, 1, False, tok.pad_token_id, prompt_lens=[len(t) for t in texts])
     with pytest.raises(ValueError, match="no labelled token"):
-        S.completion_loss(lm, batch)
+        sft.completion_loss(lm, batch)
 
 
 def _lora_grads(lm, batch, checkpointing: bool, precision: str = "fp32", prompt_lens=None):
     """(loss, {lora param: grad}) of one training step of a fresh LoRA wrap (same init seed every call)."""
     import copy
     torch.manual_seed(1)
-    model = S.add_lora(copy.deepcopy(lm), r=4, alpha=8, dropout=0.0, targets=["q_proj", "v_proj"])
+    model = sft.add_lora(copy.deepcopy(lm), r=4, alpha=8, dropout=0.0, targets=["q_proj", "v_proj"])
     for n, p in model.named_parameters():
         if "lora_B" in n:  # B = 0 would make every A gradient zero: nothing to compare
             torch.nn.init.normal_(p, std=0.02)
-    S.set_checkpointing(model, checkpointing)
+    sft.set_checkpointing(model, checkpointing)
     model.train()
-    loss = S.step_loss(model, batch, precision, prompt_lens)
+    loss = sft.step_loss(model, batch, precision, prompt_lens)
     loss.backward()
-    S.set_checkpointing(model, False)
+    sft.set_checkpointing(model, False)
     return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
 
 
@@ -64,8 +64,8 @@ def test_gradient_checkpointing_gives_the_same_loss_and_gradients(lm_tok, comple
     lm, tok = lm_tok
     texts, starts = _data(tok)
     starts = starts if completion else None
-    (batch,) = S.batches(texts, 3, seed=0, epoch=1, group_by_length=False, pad_id=tok.pad_token_id,
-                         prompt_lens=starts)
+    (batch,) = sft.batches(texts, 3, seed=0, epoch=1, group_by_length=False, pad_id=tok.pad_token_id,
+                           prompt_lens=starts)
     base = lm.get_decoder()
     recomputed = []
     hook = base.layers[0].input_layernorm.register_forward_hook(lambda *a: recomputed.append(1))
@@ -85,7 +85,7 @@ def test_gradient_checkpointing_gives_the_same_loss_and_gradients(lm_tok, comple
 def test_bf16_autocast_trains_on_cpu_close_to_fp32(lm_tok):
     lm, tok = lm_tok
     texts, _ = _data(tok)
-    (batch,) = S.batches(texts, 3, seed=0, epoch=1, group_by_length=False, pad_id=tok.pad_token_id)
+    (batch,) = sft.batches(texts, 3, seed=0, epoch=1, group_by_length=False, pad_id=tok.pad_token_id)
     loss32, g32 = _lora_grads(lm, batch, False)
     loss16, g16 = _lora_grads(lm, batch, True, precision="bf16")
     assert loss16.dtype == torch.float32 and torch.isfinite(loss16)  # the loss is fp32 (cross-entropy autocasts up)
@@ -94,18 +94,19 @@ def test_bf16_autocast_trains_on_cpu_close_to_fp32(lm_tok):
     cos = [torch.nn.functional.cosine_similarity(g16[n].flatten(), g32[n].flatten(), 0) for n in g32]
     assert min(cos) > 0.9
     with pytest.raises(ValueError, match="method.sft_precision"):
-        S.step_loss(lm, batch, "fp16")
+        sft.step_loss(lm, batch, "fp16")
 
 
 def test_train_runs_bf16_with_checkpointing_and_leaves_it_off(lm_tok):
     import copy
     lm, tok = lm_tok
     texts, _ = _data(tok)
-    model = S.add_lora(copy.deepcopy(lm), r=4, alpha=8, dropout=0.1, targets=["q_proj", "v_proj"])
-    out = S.train(model, texts, epochs=1, lr=1e-3, batch_size=2, warmup_ratio=0.0, seed=0,
-                  device=torch.device("cpu"), pad_id=tok.pad_token_id, precision="bf16", gradient_checkpointing=True)
+    model = sft.add_lora(copy.deepcopy(lm), r=4, alpha=8, dropout=0.1, targets=["q_proj", "v_proj"])
+    out = sft.train(model, texts, epochs=1, lr=1e-3, batch_size=2, warmup_ratio=0.0, seed=0,
+                    device=torch.device("cpu"), pad_id=tok.pad_token_id, precision="bf16",
+                    gradient_checkpointing=True)
     assert out["steps"] == 2 and out["last_loss"] == out["last_loss"]  # finite, not NaN
     assert not model.get_base_model().is_activation_checkpointing  # extraction after training runs plainly
     with pytest.raises(ValueError, match="method.sft_precision"):
-        S.train(model, texts, epochs=1, lr=1e-3, batch_size=2, warmup_ratio=0.0, seed=0,
-                device=torch.device("cpu"), pad_id=tok.pad_token_id, precision="fp16")
+        sft.train(model, texts, epochs=1, lr=1e-3, batch_size=2, warmup_ratio=0.0, seed=0,
+                  device=torch.device("cpu"), pad_id=tok.pad_token_id, precision="fp16")
