@@ -1,10 +1,10 @@
 """Depth-wise fusion of a backbone's block outputs: what a task head reads in place of the last block's output.
 
-One module for both papers (layer_fusion/SPEC_P32.md §6). It reads the block outputs z_1..z_L stacked on
-the second-to-last axis, `(..., L, d)` (HF `hidden_states[1:]`: the embedding output is excluded, as both papers'
-parameter counts imply), and returns `(..., d)`. It works on any leading shape, so token heads (B, T, L, d) and
-pooled heads (B, L, d) use the same code; every mode is position-wise, so fusing only the positions a head reads gives
-the same result as fusing them all (what lets feature extraction train on cached states).
+One module for both papers. It reads the block outputs z_1..z_L stacked on the second-to-last axis, `(..., L, d)`
+(HF `hidden_states[1:]`: the embedding output is excluded, as both papers' parameter counts imply), and returns
+`(..., d)`. It works on any leading shape, so token heads (B, T, L, d) and pooled heads (B, L, d) use the same code;
+every mode is position-wise, so fusing only the positions a head reads gives the same result as fusing them all (what
+lets feature extraction train on cached states).
 
 modes:
     last        z_L (the baseline)
@@ -142,9 +142,10 @@ def final_norm_of(backbone: nn.Module) -> nn.Module | None:
 
 
 def prenorm(z: torch.Tensor, norm: nn.Module | None, how: str) -> torch.Tensor:
-    """P-32 §5.1: HF's hidden_states of a pre-LN decoder are raw residual states for blocks 1..L-1 and the
-    final-normed state for block L. norm_each applies the final norm to blocks 1..L-1 (block L is normed already);
-    as_is and norm_pooled leave them (norm_pooled norms the fused state: `FusionModel`)."""
+    """HF's hidden_states of a pre-LN decoder are raw residual states for blocks 1..L-1 and the final-normed state
+    for block L (the P-32 paper, which fuses a decoder's, is silent on it). norm_each applies the final norm to
+    blocks 1..L-1 (block L is normed already); as_is and norm_pooled leave them (norm_pooled norms the fused state:
+    `FusionModel`)."""
     if how not in PRENORM:
         raise ValueError(f"prenorm_handling={how!r} is not one of {', '.join(PRENORM)}")
     if how != "norm_each" or norm is None:
@@ -181,5 +182,5 @@ def _encoder_blocks(backbone: nn.Module) -> nn.ModuleList:
 
 
 def default_extra_layers(num_layers: int) -> int:
-    """n = 2 for 24-layer backbones (R26), 1 for 12- and 6-layer ones (DWAtt §4.1; issue 14)."""
+    """n = 2 for 24-layer backbones (the paper's R26), 1 for 12- and 6-layer ones (DWAtt §4.1)."""
     return 2 if num_layers >= 24 else 1

@@ -2,20 +2,22 @@
 on the meta device: no weights read or allocated), beside the paper's closed forms.
 
 Fusions other than Base+n need only the backbone's depth L and width d; Base+n (`deeper`) builds the backbone itself
-from its architecture config (conf/model/<name>.yaml `from_config` with a `model_type`, or the offline asset's
-config.json) and counts the blocks ExtraLayers adds. Decoders get no Base+n row (neither paper has one)."""
+from its architecture config (experiments.models.architecture: conf/model/<name>.yaml `from_config` with a
+`model_type`, else the offline asset's or a cached hub model's config.json) and counts the blocks ExtraLayers adds.
+Decoders get no Base+n row (neither paper has one)."""
 from __future__ import annotations
 
 import torch
-from omegaconf import DictConfig, OmegaConf
-from transformers import AutoConfig, AutoModel, PretrainedConfig
+from omegaconf import DictConfig
+from transformers import AutoModel, PretrainedConfig
 
 from experiments.config import ModelConfig, load_group
 from experiments.context import RunContext
-from experiments.models import weights_path
+from experiments.models import architecture
+from layer_fusion.config import check
 from layer_fusion.fusion import MODES, DepthFusion, ExtraLayers, default_extra_layers
 
-# the paper's names and closed forms (spec §1). Base+n: the paper prints 7n(d+d²), which matches no layer; a
+# the paper's names and closed forms (DWAtt Table 2). Base+n: the paper prints 7n(d+d²), which matches no layer; a
 # Transformer block holds ≈ 12d² (4d² attention + 8d² feed-forward at the usual 4d), which is the column given here
 NAMES = {"last": "Base", "mean": "Average", "scalar_mix": "scalar mix (P-32)", "concat": "Concat", "dwatt": "DWAtt",
          "deeper": "Base+{n}"}
@@ -42,21 +44,6 @@ def count(config: PretrainedConfig, fusion: str, extra_layers: int | None = None
         else:
             raise ValueError(f"fusion={fusion!r} is not one of {', '.join((*MODES, 'deeper'))}")
     return sum(p.numel() for p in module.parameters())
-
-
-def architecture(model: DictConfig) -> PretrainedConfig:
-    """The backbone's transformers config, without weights or network: conf/model's `from_config` (with a
-    `model_type`, or the random tiny models' fields), else the offline asset's config.json."""
-    fields = OmegaConf.to_container(model.from_config, resolve=True) if model.from_config else {}
-    if model.source == "config":
-        return AutoConfig.for_model(model.family, **fields)
-    if "model_type" in fields:
-        return AutoConfig.for_model(**fields)
-    if model.source == "offline":
-        return AutoConfig.from_pretrained(weights_path(model))
-    raise ValueError(f"model={model.name} (source={model.source}) has no architecture to count Base+n on without "
-                     f"the network: add its config.json fields as from_config (with model_type) to "
-                     f"conf/model/{model.name}.yaml")
 
 
 def shape_only(model: DictConfig) -> PretrainedConfig:
@@ -97,8 +84,7 @@ def metric_key(row: dict) -> str:
 
 def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
     """method=layer_fusion_params: the rows of every model in method.models (ctx.extra['params'])."""
-    if not cfg.method.models:
-        raise ValueError("method.models is empty: name model configs to count, e.g. [roberta-large, roberta-base]")
+    check(cfg)
     table_rows = table(list(cfg.method.models))
     ctx.extra["params"] = table_rows
     out = {metric_key(r): r["new_params"] for r in table_rows}

@@ -4,7 +4,7 @@
 tables:
 
     tables/params            DWAtt Table 2: new parameters per fusion and backbone, exact, beside the paper's 25.19M /
-                             25.18M / 26.38M and the spec's exact counts (method=layer_fusion_params)
+                             25.18M / 26.38M and the exact counts (method=layer_fusion_params)
     tables/fewshot_grid      Fig. 3 / 8: best dev F1 per fusion, N and epoch budget, mean [95% CI over trials]
                              (+ figures/fewshot_grid*, 4 panels = budgets, x = N on log2; tables/fewshot_trials.csv)
     tables/relative_gains    gains vs Base+n, absolute (points) AND relative (%): the paper mixes them
@@ -256,7 +256,7 @@ def _grid_figures(recs: list[dict], cells: dict, out: Path) -> list[str]:
 
 
 def _trials_csv(recs: list[dict], out: Path) -> None:
-    """tables/fewshot_trials.csv: the spec's rows (method, N, N_epochs, seed, best_dev_f1, best_step), one per trial."""
+    """tables/fewshot_trials.csv: one row per trial (method, N, N_epochs, seed, best_dev_f1, best_step)."""
     path = Path(out) / "tables" / "fewshot_trials.csv"
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", newline="") as f:

@@ -1,7 +1,7 @@
 """method.head=paper: the fusion feeds the head Hugging Face's *ForSequenceClassification builds on the backbone (P-32
-spec §5.2), so with fusion=last the model computes HF's own logits: BERT's pretrained pooler + dropout + a new linear,
-RoBERTa's new dense+tanh+linear, a decoder's bias-free `score` at the last real token (right padding). method.head=
-fresh keeps a new dense+tanh+linear on every backbone."""
+§3: "the standard classification head"), so with fusion=last the model computes HF's own logits: BERT's pretrained
+pooler + dropout + a new linear, RoBERTa's new dense+tanh+linear, a decoder's bias-free `score` at the last real token
+(right padding). method.head=fresh keeps a new dense+tanh+linear on every backbone."""
 import copy
 
 import pytest
@@ -10,9 +10,11 @@ from transformers import (BertConfig, BertForSequenceClassification, BertModel, 
                           RobertaConfig, RobertaForSequenceClassification)
 
 from experiments.assets import write_manifest
+from experiments.config import ConfigError
 from experiments.models import (ScoreHead, SequenceHead, _pooler_key, byte_tokenizer, checkpoint_pooler,
                                 load_encoder)
-from layer_fusion import run as R
+from layer_fusion.assemble import build, new_parameters
+from layer_fusion.config import check
 from tests.conftest import compose
 
 TINY = dict(hidden_size=32, num_hidden_layers=4, num_attention_heads=2, intermediate_size=64)
@@ -62,7 +64,7 @@ def test_bert_paper_head_equals_bert_for_sequence_classification(tmp_path, monke
     asset(tmp_path, monkeypatch, "tiny-cls", hf)
     cfg = p32("model.source=offline", "model.offline=tiny-cls")
     tok, backbone = load_encoder(cfg.model)
-    model = R.build(cfg, backbone, N_LABELS, pooled=False)
+    model = build(cfg, backbone, N_LABELS, pooled=False)
     reference = BertForSequenceClassification.from_pretrained(tmp_path / "cache" / "models" / "tiny-cls").eval()
     with torch.no_grad():  # the classifier is new in both: copy it; the pooler must come from the checkpoint
         model.head.out.weight.copy_(reference.classifier.weight)
@@ -80,10 +82,10 @@ def test_a_checkpoint_without_pooler_weights_gets_a_fresh_pooler(tmp_path, monke
     cfg = p32("model.source=offline", "model.offline=bare")
     assert checkpoint_pooler(cfg.model) is None
     _, backbone = load_encoder(cfg.model)
-    head = R.build(cfg, backbone, N_LABELS, pooled=False).head
+    head = build(cfg, backbone, N_LABELS, pooled=False).head
     assert head.note == "fresh pooler (checkpoint has none)" and isinstance(head, SequenceHead)
     assert not head.pre_dropout  # still BERT's layout: pooler, dropout, classifier
-    random_model = R.build(p32(), load_encoder(p32().model)[1], N_LABELS, pooled=False).head
+    random_model = build(p32(), load_encoder(p32().model)[1], N_LABELS, pooled=False).head
     assert random_model.note == "fresh pooler (random model, no checkpoint)"
 
 
@@ -101,7 +103,7 @@ def test_roberta_paper_head_equals_roberta_for_sequence_classification(tmp_path,
     asset(tmp_path, monkeypatch, "tiny-roberta", hf)
     cfg = p32("model.source=offline", "model.offline=tiny-roberta", "model.family=roberta")
     tok, backbone = load_encoder(cfg.model)
-    model = R.build(cfg, backbone, N_LABELS, pooled=False)
+    model = build(cfg, backbone, N_LABELS, pooled=False)
     reference = RobertaForSequenceClassification.from_pretrained(tmp_path / "cache" / "models" / "tiny-roberta")
     reference.eval()
     with torch.no_grad():  # RobertaClassificationHead is new in HF too: copy all of it
@@ -122,7 +124,7 @@ def llama(overrides=()):
 def test_llama_paper_head_equals_llama_for_sequence_classification_on_a_right_padded_batch():
     cfg, tok, backbone = llama()
     torch.manual_seed(0)
-    model = R.build(cfg, backbone, N_LABELS, pooled=False).eval()
+    model = build(cfg, backbone, N_LABELS, pooled=False).eval()
     config = copy.deepcopy(backbone.config)
     config.num_labels = N_LABELS
     reference = LlamaForSequenceClassification(config).eval()
@@ -140,11 +142,11 @@ def test_llama_paper_head_equals_llama_for_sequence_classification_on_a_right_pa
 
 def test_decoder_head_is_one_bias_free_linear():
     cfg, _, backbone = llama()
-    model = R.build(cfg, backbone, N_LABELS, pooled=False)
+    model = build(cfg, backbone, N_LABELS, pooled=False)
     head = model.head
     assert isinstance(head, ScoreHead) and head.score.bias is None
     assert sum(p.numel() for p in head.parameters()) == N_LABELS * cfg.model.hidden_size
-    params = R.new_parameters(model)
+    params = new_parameters(model)
     assert params["params/new"] == params["params/fusion"] + N_LABELS * cfg.model.hidden_size
     assert head.note.startswith("score")
 
@@ -152,13 +154,13 @@ def test_decoder_head_is_one_bias_free_linear():
 def test_the_pooled_probe_reads_the_same_paper_head():
     """fe: one cached state per example; the paper head built for it has the same weights and reads that state."""
     cfg, _, backbone = llama(("method.regime=fe",))
-    pooled, full = (R.build(cfg, backbone, N_LABELS, pooled=p) for p in (True, False))
+    pooled, full = (build(cfg, backbone, N_LABELS, pooled=p) for p in (True, False))
     assert pooled.state_dict().keys() == full.state_dict().keys() and isinstance(pooled.head, ScoreHead)
 
 
 def test_fresh_head_keeps_a_new_dense_tanh_linear():
     cfg, _, backbone = llama(("method.head=fresh",))
-    head = R.build(cfg, backbone, N_LABELS, pooled=False).head
+    head = build(cfg, backbone, N_LABELS, pooled=False).head
     assert isinstance(head, SequenceHead) and head.pre_dropout and head.note == "fresh dense+tanh+linear"
     assert sum(p.numel() for p in head.parameters()) == 32 * 32 + 32 + 32 * N_LABELS + N_LABELS
 
@@ -169,12 +171,12 @@ def test_fresh_head_keeps_a_new_dense_tanh_linear():
     (("model=tiny-llama", "model.pooling=cls"), r"reads the last real token.*set model.pooling=last"),
 ])
 def test_bad_head_configs_are_refused(overrides, match):
-    with pytest.raises(ValueError, match=match):
-        R.check(p32(*overrides))
+    with pytest.raises(ConfigError, match=match):
+        check(p32(*overrides))
 
 
 def test_a_fresh_head_reads_whatever_model_pooling_names():
-    R.check(p32("model.pooling=mean", "method.head=fresh"))
+    check(p32("model.pooling=mean", "method.head=fresh"))
 
 
 @pytest.mark.assets

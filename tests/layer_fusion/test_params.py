@@ -1,11 +1,11 @@
-"""DWAtt Table 2 from configs alone: the spec's exact counts (roberta-large, roberta-base, the offline encoders),
-P-32's "L parameters", counts on the meta device equal to counts of real modules, and method=layer_fusion_params
-through the runner."""
+"""DWAtt Table 2 from configs alone: the paper's counts recomputed exactly (roberta-large, roberta-base, the offline
+encoders), P-32's "L parameters", counts on the meta device equal to counts of real modules, Base+n on the
+architecture experiments.models.architecture reads, and method=layer_fusion_params through the runner."""
 import pytest
 from omegaconf import OmegaConf
 from transformers import AutoConfig, AutoModel
 
-from experiments.config import ModelConfig, load_group
+from experiments.config import ConfigError, ModelConfig, load_group
 from experiments.run import execute
 from layer_fusion.fusion import DepthFusion, ExtraLayers
 from layer_fusion.params import count, rows, shape_only, table
@@ -20,12 +20,12 @@ def by_name(name):
 
 
 @pytest.mark.parametrize("name,expected", [
-    # spec §1: the paper's 26.38M / 25.18M / 25.19M, recomputed exactly
+    # the paper's 26.38M / 25.18M / 25.19M (DWAtt Table 2), recomputed exactly
     ("roberta-large", {"DWAtt": 26_353_152, "Concat": 25_190_400, "Base+2": 25_192_448}),
     ("xlm-roberta-large", {"DWAtt": 26_353_152, "Concat": 25_190_400, "Base+2": 25_192_448}),
     ("roberta-base", {"Base+1": 7_087_872, "Concat": 7_087_104, "DWAtt": 7_730_304}),
 ])
-def test_paper_scale_counts_equal_the_spec(name, expected):
+def test_paper_scale_counts_equal_the_recomputed_ones(name, expected):
     got = by_name(name)
     assert {k: got[k] for k in expected} == expected
     assert got["Base"] == got["Average"] == 0
@@ -37,7 +37,7 @@ OFFLINE = {"minilm-l6": (6, {"dwatt": 1_053_120, "concat": 887_040, "deeper": 1_
 
 
 @pytest.mark.parametrize("name", sorted(OFFLINE))
-def test_offline_encoder_counts_equal_the_issue(name):
+def test_offline_encoder_counts_equal_their_configs_arithmetic(name):
     L, expected = OFFLINE[name]
     arch = AutoConfig.for_model("bert", hidden_size=384, num_hidden_layers=L, num_attention_heads=12,
                                 intermediate_size=1536)
@@ -85,12 +85,15 @@ def test_meta_counts_equal_real_modules():
     assert real["scalar_mix"] == 4 and real["concat"] == 4 * (32 * 32 + 32)
 
 
-def test_bad_inputs_name_the_value_and_the_fix():
+def test_bad_inputs_name_the_value_and_the_fix(monkeypatch):
     cfg = AutoConfig.for_model("bert", hidden_size=32, num_hidden_layers=2, num_attention_heads=2)
     with pytest.raises(ValueError, match="'lstm'"):
         count(cfg, "lstm")
-    bare = OmegaConf.merge(model("roberta-large"), {"from_config": None})  # a hub encoder without its fields
-    with pytest.raises(ValueError, match="from_config.*conf/model/roberta-large.yaml"):
+    # a hub encoder without its config.json fields: its Base+n needs the hub's config.json, refused offline (the
+    # decoders' rows above need none)
+    monkeypatch.setattr("experiments.config.in_hf_cache", lambda *a, **k: False)
+    bare = OmegaConf.merge(model("roberta-large"), {"from_config": None})
+    with pytest.raises(ConfigError, match="STRATA_HUB=1.*model=roberta-large loads FacebookAI/roberta-large"):
         rows(bare)
     wrong = OmegaConf.merge(model("roberta-base"), {"num_layers": 24})
     with pytest.raises(ValueError, match="num_layers=24.*12 x 768"):
@@ -116,5 +119,5 @@ def test_run_records_the_table(smoke_cfg, tmp_path):
 
 
 def test_run_refuses_an_empty_model_list(smoke_cfg, tmp_path):
-    with pytest.raises(ValueError, match="method.models is empty"):
+    with pytest.raises(ConfigError, match="method.models is empty"):
         execute(smoke_cfg("method=layer_fusion_params", "method.models=[]"), tmp_path / "out")

@@ -2,9 +2,10 @@
 names, split names), its experiments compose and pass the method's checks, and a few-shot run trains on it."""
 import pytest
 
-from experiments import data as D
+from experiments import data
 from experiments.run import execute
-from layer_fusion import run as R
+from layer_fusion.config import check
+from layer_fusion.protocols import entity_types
 from tests.conftest import compose
 from tests.test_hub_tasks import load_fixture
 from tests.test_identity import compose_experiment
@@ -15,10 +16,10 @@ def test_wikiann_en_loads_from_its_hub_shaped_fixture(hub):
     assert set(hub_splits) == {"train", "validation", "test"}
     assert set(hub_splits["train"].column_names) == {"tokens", "ner_tags", "langs", "spans"}
     cfg = compose("task=wikiann-en")
-    ds = D.load_splits(cfg.task, cfg.data)
+    ds = data.load_splits(cfg.task, cfg.data)
     assert {s: len(v) for s, v in ds.items()} == {"train": 6, "dev": 3, "eval": 3}  # dev = validation, eval = test
     assert ds["train"].features["ner_tags"].feature.names == list(cfg.task.label_names)
-    assert R.entity_types(cfg.task.label_names) == 3  # C in N·C: PER, ORG, LOC
+    assert entity_types(cfg.task.label_names) == 3  # C in N·C: PER, ORG, LOC
 
 
 @pytest.mark.parametrize("exp,model,shots", [("layer_fusion/wikiann_en_grid", "roberta-large", "8,16,32,64,128"),
@@ -29,7 +30,7 @@ def test_wikiann_experiments_compose_and_pass_the_checks(exp, model, shots):
         ("wikiann-en", model, "unimelb-nlp/wikiann", "en")
     assert dict(cfg.task.splits) == {"train": "train", "dev": "validation", "eval": "test"}
     assert params["method.shots"] == shots
-    R.check(cfg)
+    check(cfg)
 
 
 def test_a_few_shot_run_trains_on_the_wikiann_fixture(hub, smoke_cfg, tmp_path):
