@@ -77,9 +77,10 @@ def find_owner(model: nn.Module) -> nn.Module:
 def input_embedding(owner: nn.Module) -> nn.Embedding:
     emb = owner.get_input_embeddings()
     if not isinstance(emb, nn.Embedding):
-        raise PemaError(f"PEMA replaces the weight of an nn.Embedding, but {type(owner).__name__}.get_input_embeddings() "
-                        f"is a {type(emb).__name__}. Apply PEMA to the plain model, before wrapping its embedding "
-                        "(e.g. before peft.get_peft_model), or use a model with an nn.Embedding input layer.")
+        raise PemaError(f"PEMA replaces the weight of an nn.Embedding, but "
+                        f"{type(owner).__name__}.get_input_embeddings() is a {type(emb).__name__}. Apply PEMA to the "
+                        "plain model, before wrapping its embedding (e.g. before peft.get_peft_model), or use a model "
+                        "with an nn.Embedding input layer.")
     return emb
 
 
@@ -97,9 +98,11 @@ class PartialEmbedding:
             raise PemaError(f"the id map covers {vmap.rows} ids but the input embedding has {full.shape[0]} rows; "
                             "count ids with minlength = the number of embedding rows")
         if pad_id is not None and int(vmap.index[pad_id]) != pad_id:
-            raise PemaError(f"the pad id {pad_id} would move to {int(vmap.index[pad_id])} ({'not in V' if vmap.index[pad_id] < 0 else 'ids below it are unused'}'): "
+            why = "not in V'" if vmap.index[pad_id] < 0 else "ids below it are unused"
+            raise PemaError(f"the pad id {pad_id} would move to {int(vmap.index[pad_id])} ({why}): "
                             "PEMA keeps the pad id fixed (RoBERTa-style models derive positions from it) [R]. Keep the "
-                            "special tokens (pema.keep_special=true), which precede the pad id in BERT/RoBERTa/XLM-R vocabularies.")
+                            "special tokens (pema.keep_special=true), which precede the pad id in BERT/RoBERTa/XLM-R "
+                            "vocabularies.")
         self.owner, self.emb, self.vmap, self.strict = owner, emb, vmap, strict
         self.mode = tied
         self.rows, self.d = full.shape

@@ -81,7 +81,8 @@ def table5(runs, out):
 
 
 def cased_question(rs) -> list[str]:
-    """Spec §5.1: Table 5 lists cased BERT sizes, but Table 2's model-% rows follow from the uncased ones."""
+    """Table 5 lists cased BERT sizes, but Table 2's model-% rows follow from the uncased ones: both are computed,
+    and the notes say which matches."""
     pv = paper_values("pema")
     sz = {r["config"]["model"]["name"]: r["metrics"] for r in rs}
     pairs = [("BERT", "bert-base-cased", "bert-base-uncased"), ("DistilBERT", "distilbert-base-cased",

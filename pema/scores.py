@@ -2,8 +2,8 @@
 (Table 10's claim, paper §4: "no effect on task performance").
 
 One run trains both arms from one start: the model is built once (so the task head has one initialisation) and
-deep-copied per arm; both arms get the same batches in the same order (one `train_batches` generator, one seed) and
-the same dropout masks (the torch RNG state is restored before each arm). The full arm is exactly what
+deep-copied per arm; both arms get the same batches in the same order (one `recipe.token_batches` generator, one
+seed) and the same dropout masks (the torch RNG state is restored before each arm). The full arm is exactly what
 `method=finetune` computes with this seed; the PEMA arm attaches E' first and merges it back after training. Then:
 
 - `pema/max_abs_dlogit`: the largest |logit difference| over every eval feature and class (token-level heads: every

@@ -69,7 +69,7 @@ def usage(counts: np.ndarray) -> Usage:
 class Reduction:
     """Paper §5: embedding reduction 100(1 - |V'|/|V|); model reduction 100(|V|-|V'|)d/N (Table 2), and in params
     (Table 3)."""
-    rows: int  # |V| (embedding rows, not len(tokenizer) [S §5.7])
+    rows: int  # |V| (embedding rows, not len(tokenizer): padding rows count as removed [P Table 5])
     used: int  # |V'|
     d: int
     n_params: int  # N: every parameter of the model with its task head
