@@ -1,15 +1,18 @@
-"""Every config composes and validates; bad input fails naming the problem."""
+"""Every config composes and validates, and every job of every grid passes its method's own checks; bad input fails
+naming the problem."""
+import importlib
 
 import pytest
 from hydra.errors import ConfigCompositionException, OverrideParseException
 from omegaconf import OmegaConf
 from omegaconf.errors import ValidationError
 
-from experiments import registry
-from tests.conftest import CONF, REPO, compose
+from experiments import REPO, registry
+from experiments.config import CONF, compose
+from tests.helpers.grids import EXPERIMENTS, GROUPS, compose_experiment, experiments_of, job_configs
 
-GROUP_FILES = {g: sorted(p.stem for p in (CONF / g).glob("*.yaml")) for g in ("model", "task", "method", "hardware")}
-EXPERIMENTS = sorted(str(p.relative_to(CONF / "experiment").with_suffix("")) for p in (CONF / "experiment").rglob("*.yaml"))
+GROUP_FILES = {g: sorted(p.stem for p in (CONF / g).glob("*.yaml")) for g in GROUPS}
+CHECKED = sorted(name for name, m in registry.METHODS.items() if m.check)  # methods with refusals of their own
 
 
 @pytest.mark.parametrize("group,name", [(g, n) for g, names in GROUP_FILES.items() for n in names])
@@ -35,6 +38,48 @@ def test_registry_has_schema_yaml_and_package_for_every_method():
         assert (CONF / "experiment" / m.paper).is_dir()
         assert callable(registry.resolve(name)) and m.version >= 1
         assert set(m.options) <= set(registry.OPTIONS)
+
+
+def method_check(method: str):
+    """The method's check function; a registered name that does not resolve fails naming it."""
+    ref = registry.METHODS[method].check
+    module, attr = ref.split(":")
+    fn = getattr(importlib.import_module(module), attr, None)
+    assert callable(fn), f"method={method} names its check {ref!r}, but {module} defines no {attr}(cfg)"
+    return fn
+
+
+@pytest.mark.parametrize("method,exp", [(name, exp) for name in CHECKED
+                                        for exp in experiments_of(registry.METHODS[name].paper)])
+def test_every_grid_job_of_a_method_passes_its_check(method, exp):
+    """Every job of an experiment file in the method's paper folder that runs the method passes the method's own
+    refusals (Method.check, called through registry.check as the runner calls it) before any work. No other folder
+    runs it (the slow grid walk in tests/test_identity.py asserts that)."""
+    method_check(method)
+    for job, cfg in job_configs(exp, copy=False):
+        if cfg.method.name == method:
+            try:
+                registry.check(cfg)
+            except Exception as e:
+                raise AssertionError(f"experiment={exp} job {job} is refused by method={method}'s check: {e}") from e
+
+
+@pytest.mark.parametrize("method", CHECKED)
+def test_every_method_with_a_check_runs_in_an_experiment_of_its_paper(method):
+    """So the walk above checks some job of it."""
+    method_check(method)
+    paper = registry.METHODS[method].paper
+    assert any(cfg.method.name == method for exp in experiments_of(paper) for _, cfg in job_configs(exp, copy=False)), \
+        f"no experiment in conf/experiment/{paper}/ runs method={method}: nothing checks its jobs"
+
+
+def test_a_method_check_refuses_what_it_should():
+    """The walk above can fail: a job with an invalid value is refused through registry.check."""
+    cfg, _ = compose_experiment("eat/ablation_cpu", "method.variant=dense")
+    assert cfg.method.name == "eat_bench"
+    assert registry.METHODS["eat_bench"].check, "method=eat_bench registers no check: its refusals never run"
+    with pytest.raises(ValueError, match="training arms"):  # a benchmark given a training arm
+        registry.check(cfg)
 
 
 def test_misspelled_key_is_named():

@@ -1,17 +1,19 @@
-"""Paper-scale configs say what the papers did (issue 10): each test composes a config and checks the field."""
+"""Paper-scale configs say what the papers did: each test composes a config and checks the field."""
 import re
 
 import pytest
 from omegaconf import OmegaConf
 
-from tests.conftest import CONF, REPO, compose
+from experiments import REPO, registry
+from experiments.config import CONF, compose
+from tests.helpers.grids import compose_experiment, experiments_of
 
 # ---------------------------------------------------------------- recycling
 
 
 @pytest.mark.parametrize("name", ["bc5cdr", "jnlpba", "ncbi-disease"])
 def test_bio_ner_is_scored_by_token_macro_f1_with_o_on_the_test_set(name):
-    """Recycling spec §6.6: the paper's NER "Macro F-1" is token-level over B/I/O tags including O, on test."""
+    """The paper's NER "Macro F-1" is token-level over B/I/O tags including O, on test [P Table 1]."""
     task = compose(f"task={name}").task
     assert task.objective == "eval/token_macro_f1"
     assert {"token_macro_f1", "entity_f1"} <= set(task.metrics)  # entity F1 stays as an extra
@@ -94,6 +96,34 @@ def test_figure_parser_and_readme():
     assert figures_claimed("Figs. 1/29-36 and 37–39; Fig. 2a") == {1, 2, *range(29, 40)}
     assert figures_claimed((REPO / "intrinsic_dim" / "README.md").read_text()) <= DRAWN
     assert figures_claimed("Figs. 47") - DRAWN == {47}
+
+
+# ---------------------------------------------------------------- eat
+
+
+@pytest.mark.parametrize("exp", experiments_of("eat"))
+def test_every_eat_experiment_chooses_tau_on_the_papers_grid(exp):
+    """[P]: tau in {0.80, 0.85, 0.90, 0.95}; anything else is a labelled extension (method.extension_taus)."""
+    cfg, _ = compose_experiment(exp)
+    assert list(cfg.method.taus) == [0.8, 0.85, 0.9, 0.95]
+    assert not set(cfg.method.get("extension_taus") or []) & {0.8, 0.85, 0.9, 0.95}
+
+
+# ---------------------------------------------------------------- layer_fusion
+
+
+@pytest.mark.parametrize("exp", ["layer_fusion/fewshot_grid", "layer_fusion/fe_vs_ft", "layer_fusion/learning_curves",
+                                 "layer_fusion/base_vs_large"])
+def test_conll03_grids_choose_on_validation_and_report_test(exp):
+    """DWAtt's CoNLL-03 grids report the best dev F1 (dev = validation, as the paper) and score test once; a config
+    with no dev split is refused by the method's checks before any work."""
+    cfg, _ = compose_experiment(exp)
+    assert cfg.task.name == "conll2003"
+    assert dict(cfg.task.splits) == {"train": "train", "dev": "validation", "eval": "test"}
+    registry.check(cfg)
+    cfg.task.splits = {"train": "train", "eval": "validation"}
+    with pytest.raises(ValueError, match=r"task=conll2003 has no dev split .*dev: validation"):
+        registry.check(cfg)
 
 
 # ---------------------------------------------------------------- stand-ins

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from scripts import tier
+from experiments.config import CONF, compose
 from experiments.results import NOT_HASHED
-from tests.conftest import CONF, compose
+from scripts import tier
 
 
 PAPERS = sorted(p.name for p in (CONF / "experiment").iterdir() if p.is_dir())
@@ -70,6 +70,14 @@ def test_a_gpu_tier_runs_no_cpu_intended_experiment_and_its_builds_first(paper):
     if paper == "reverse_probing":
         assert "offline_gpu_build_quoref" in builds and len(by_hand[paper]) == 11
     assert all(tier.kind(paper, n) == "manual" for n in by_hand.get(paper, ()))
+
+
+def test_layer_fusions_cpu_tier_is_its_cpu_files_and_its_gpu_tier_the_offline_ones():
+    cpu = tier.experiments("layer_fusion", "cpu")
+    assert "fewshot_cpu" in cpu and "p32_cpu" in cpu and all(n.endswith("_cpu") for n in cpu)
+    assert tier.experiments("layer_fusion", "gpu", hub=False) == ["offline_gpu_fewshot", "offline_gpu_ft",
+                                                                  "offline_gpu_p32"]
+    assert not any(n.startswith("smoke") for n in tier.experiments("layer_fusion", "gpu"))
 
 
 def test_unknown_paper_names_the_known_ones(conf):
