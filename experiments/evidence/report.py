@@ -22,6 +22,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
+from experiments import REPO
 from experiments.evidence import selection
 from experiments.evidence.signal import SIGNAL_MARGIN_POINTS
 from experiments.evidence.stats import example_ci
@@ -1016,6 +1017,10 @@ def main(argv: list[str] | None = None) -> None:
     for p in have:  # the index lists every paper, also those not rebuilt now
         built.setdefault(p, sorted(x.name for x in (results_dir / p / "tables").glob("*.md")))
     print(f"report: {write_index(results_dir, built)}")
+    if results_dir.resolve() == (REPO / "results").resolve():  # a copy of results/ elsewhere leaves them alone
+        from experiments.evidence import readme
+        for path in readme.write(REPO, results_dir):
+            print(f"report: {path.relative_to(REPO)} (its generated block)")
 
 
 if __name__ == "__main__":
