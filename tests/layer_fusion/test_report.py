@@ -239,7 +239,7 @@ def _avg_errors(pv) -> list[str]:
 
 def test_p32_averages_and_gains_recompute_except_the_recorded_one():
     pv = paper_values("layer_fusion")
-    assert _avg_errors(pv) == ["BERT first6: printed 76.33, rows give 76.22"]  # the spec's Table 3 inconsistency
+    assert _avg_errors(pv) == ["BERT first6: printed 76.33, rows give 76.22"]  # P-32 Table 3's own inconsistency
     assert "76.22" in pv.get("BERT", "avg", "first6", "score").note
     for model in ("BERT", "StableCode", "LLaMA-2-7B", "LLaMA-2-13B"):  # §4's gains: printed Avg. P-32 − baseline
         gain = pv.get(model, "avg", "p32", "score").value - pv.get(model, "avg", "baseline", "score").value
@@ -372,7 +372,7 @@ def test_params_compare_with_the_printed_table_and_our_derivation_apart(tmp_path
     v = _verdicts([_params()], tmp_path)
     printed = {o.label: o for o in v["params-reproduce-table2"].outcomes}
     # Table 2 prints millions: Base+2 25.19M is ours rounded; Concat (25.19M, printed 25.18M) and DWAtt (26.35M,
-    # printed 26.38M) are not, and the row says so instead of checking the spec's derivation against itself
+    # printed 26.38M) are not, and the row says so instead of checking our derivation against itself
     assert printed["Base+2"].verdict == "holds" and printed["Concat"].verdict == "does not hold"
     assert printed["DWAtt"].verdict == "does not hold" and printed["DWAtt"].estimate == pytest.approx(-26848)
     ours = v["params-match-our-derivation"]

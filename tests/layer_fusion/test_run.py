@@ -130,7 +130,7 @@ def test_fe_runs_share_one_frozen_backbone_and_record_its_tokenizer(smoke_cfg, t
 
 
 def test_ft_trains_a_backbone_of_its_own(smoke_cfg, tmp_path):
-    """ft: the backbone trains (its parameters count as trainable), and it is a fresh load, not the shared frozen one."""
+    """ft: the backbone trains (its parameters count as trainable); it is a fresh load, not the shared frozen one."""
     tag = f"model.stand_in_for=ft-{tmp_path.name}"
     cfg = smoke_cfg("method=layer_fusion", "task=rt-polarity", "method.protocol=p32", "method.regime=ft", tag)
     tok, frozen = models.frozen_encoder(cfg.model)
