@@ -1,12 +1,12 @@
 """EAT's model: with its components off it is the encoder; physical removal equals the official zero-masking; per-example
-exit is independent of the batch; the keep rules reproduce the spec's retention table."""
+exit is independent of the batch; the keep rules leave the token counts worked out by hand."""
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 from transformers import BertConfig, BertModel, DistilBertConfig, DistilBertModel
 
-from eat import prune as P
+from eat import prune
 from eat.model import EatModel, Settings, distillation_loss
 
 
@@ -56,7 +56,7 @@ def test_distilbert_components_off_equal_the_encoder():
     assert (out.logits - ref).abs().max() <= 1e-5
 
 
-@pytest.mark.parametrize("rule", P.RULES)
+@pytest.mark.parametrize("rule", prune.RULES)
 @pytest.mark.parametrize("window", [None, 8])
 def test_physical_removal_equals_zero_masking(rule, window):
     # float64: in fp32 the two paths round differently and a near-tie of L2 scores could flip a kept token
@@ -76,7 +76,7 @@ def test_pruning_changes_something_and_keeps_cls():
     dense = run(m, Settings().dense(), ids, mask)
     pruned = run(m, Settings(window=None), ids, mask)
     assert (dense.logits - pruned.logits).abs().max() > 1e-3
-    idx, valid = P.kept_indices(torch.randn(2, 9), torch.ones(2, 9, dtype=torch.bool), 0.5, "paper")
+    idx, valid = prune.kept_indices(torch.randn(2, 9), torch.ones(2, 9, dtype=torch.bool), 0.5, "paper")
     assert (idx[:, 0] == 0).all() and (idx[:, 1:] > idx[:, :-1]).where(valid[:, 1:], True).all()
 
 
@@ -84,10 +84,10 @@ def test_pruning_changes_something_and_keeps_cls():
     ("paper", {8: 5, 10: 6, 16: 9, 24: 13, 32: 17, 64: 33, 128: 64, 256: 127}),
     ("repo", {8: 5, 10: 5, 16: 9, 24: 12, 32: 17, 64: 32, 128: 63, 256: 126}),
 ])
-def test_keep_rules_reproduce_the_spec_table(rule, expected):
-    """Spec §1.2: tokens left after two pruning steps at p = 0.3 under each rule."""
+def test_keep_rules_leave_the_counts_worked_out_by_hand(rule, expected):
+    """Tokens left after two pruning steps at p = 0.3 under each rule [P Alg. 1, R]."""
     t = torch.tensor(list(expected))
-    left = P.keep_count(P.keep_count(t, 0.3, rule), 0.3, rule)
+    left = prune.keep_count(prune.keep_count(t, 0.3, rule), 0.3, rule)
     assert dict(zip(expected, left.tolist())) == expected
 
 

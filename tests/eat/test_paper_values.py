@@ -1,5 +1,5 @@
-"""eat/paper_values.yaml: the paper's derived columns recompute from its latencies and accuracies (±0.01, spec §3),
-every table row is there, and the inconsistencies the spec lists are recorded on the cells."""
+"""eat/paper_values.yaml: the paper's derived columns recompute from its latencies and accuracies (±0.01), every table
+row is there, and the paper's inconsistencies are recorded on the cells."""
 import dataclasses
 
 import pytest

@@ -180,7 +180,7 @@ L6, L3 = "minilm-l6 (for BERT-base)", "minilm-l3 (for DistilBERT)"
 
 
 @pytest.mark.parametrize("t,paper,repo", [(8, 5, 5), (10, 6, 5), (24, 13, 12), (64, 33, 32), (256, 127, 126)])
-def test_the_keep_rules_reproduce_the_spec_table(t, paper, repo):
+def test_the_keep_rules_leave_the_counts_worked_out_by_hand(t, paper, repo):
     assert (_kept(t, 0.3, 2, "paper"), _kept(t, 0.3, 2, "repo")) == (paper, repo)
 
 
