@@ -22,8 +22,9 @@ TRAINING_KEYS = ("variant", "exit_layer", "patience_layer", "exit_weight", "pool
                  "prune_rule", "scorer", "window", "anneal", "distill", "distill_temperature", "distill_mu")
 # bump when training semantics change: old checkpoints are then never read (2: an arm's training is seeded by its
 # own config, no longer by whatever ran before it in the process; 3: no patience head unless patience=true, so the
-# loss is Eq. 1, and layer 4 prunes before its exit head reads it)
-CHECKPOINT_VERSION = 3
+# loss is Eq. 1, and layer 4 prunes before its exit head reads it; 4: the data settings (limit_train, max_length, …)
+# are part of the key, which a run with fewer training rows used to share)
+CHECKPOINT_VERSION = 4
 KEY_CHARS = 20  # the length every cached checkpoint's name carries
 
 
@@ -39,7 +40,8 @@ def checkpoint_path(cfg: DictConfig, ctx: RunContext, model: EatModel, tok) -> P
                        "patience_layer": patience_layer_of(m)},
             "seed": cfg.seed, "batch_size": cfg.hardware.batch_size, "precision": cfg.hardware.precision,
             "device": ctx.device.type, "weights": model_fingerprint(model.encoder),
-            "tokenizer": tokenizer_fingerprint(tok), "data": data_fingerprint(cfg.task, cfg.data)}
+            "tokenizer": tokenizer_fingerprint(tok), "data": data_fingerprint(cfg.task, cfg.data),
+            "data_settings": OmegaConf.to_container(cfg.data, resolve=True)}
     root = files.cache_root("eat-checkpoints", m.checkpoint_dir)
     return root / f"{m.variant}-{cfg.model.name}-{cfg.task.name}-{files.config_key(what, KEY_CHARS)}"
 

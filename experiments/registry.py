@@ -55,7 +55,7 @@ METHODS: dict[str, Method] = {
     "recycling_bench": Method("recycling.bench:run", "recycling", "recycling.config:RecyclingBenchConfig"),
     # version 3: Eq. 1 loss, layer 4 prunes before its exit, paper-code at batch 1, paper tau grid, 3 timing seeds
     "eat": Method("eat.run:run", "eat", "eat.config:EatConfig", version=3, check="eat.config:check"),
-    "eat_bench": Method("eat.bench:run", "eat", "eat.config:EatBenchConfig", version=3),
+    "eat_bench": Method("eat.bench:run", "eat", "eat.config:EatBenchConfig", version=3, check="eat.config:check"),
     # version 2: scalar mix sums in fp32 (bf16 no longer rounds small λ away); MNLI-mm scored on the mnli model
     # (eval_mismatched/*); GLUE checkpoints chosen on the paper's metric; eval/majority_f1_binary recorded
     # version 3: a cls/pair task's head is the one HF's *ForSequenceClassification builds (method.head=paper: BERT's
@@ -63,9 +63,9 @@ METHODS: dict[str, Method] = {
     "layer_fusion": Method("layer_fusion.run:run", "layer_fusion", "layer_fusion.config:LayerFusionConfig",
                            version=3, check="layer_fusion.config:check"),
     "layer_fusion_params": Method("layer_fusion.params:run", "layer_fusion",
-                                  "layer_fusion.config:LayerFusionParamsConfig"),
+                                  "layer_fusion.config:LayerFusionParamsConfig", check="layer_fusion.config:check"),
     "layer_fusion_bench": Method("layer_fusion.bench:run", "layer_fusion",
-                                 "layer_fusion.config:LayerFusionBenchConfig"),
+                                 "layer_fusion.config:LayerFusionBenchConfig", check="layer_fusion.config:check"),
     # version 2: the coref head's coarse prior on rank offsets, no dropout on its input, sub-token spans where the
     # sources share a tokenizer; quoref's aggregator at method.aggregator_lr (the CorefTarget build trains the head)
     "reverse_probing": Method("reverse_probing.run:run", "reverse_probing",

@@ -52,5 +52,16 @@ def test_the_key_is_20_hex_digits_of_the_canonical_json_of_what_trains(smoke_cfg
     (what,) = seen
     digest = hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:20]
     assert path == tmp_path / f"eat-tiny-bert-rt-polarity-{digest}"
-    assert sorted(what) == ["batch_size", "data", "device", "method", "model", "precision", "seed", "task",
-                            "tokenizer", "train", "version", "weights"]
+    assert sorted(what) == ["batch_size", "data", "data_settings", "device", "method", "model", "precision", "seed",
+                            "task", "tokenizer", "train", "version", "weights"]
+
+
+@pytest.mark.parametrize("override", ["data.limit_train=16", "data.max_length=32", "task.dev_from_train=0.5"])
+def test_a_run_on_other_data_never_reads_anothers_checkpoint(smoke_cfg, tmp_path, override):
+    """Fewer training rows, a shorter encoding or another dev carve train other weights: another entry."""
+    ctx = RunContext(output_dir=tmp_path, device=torch.device("cpu"), device_name="cpu")
+
+    def path(*extra):
+        cfg = smoke_cfg("method=eat", f"method.checkpoint_dir={tmp_path}", *extra)
+        return checkpoints.checkpoint_path(cfg, ctx, _model(0), load_tokenizer(cfg.model))
+    assert path() != path(override) and path() == path()
