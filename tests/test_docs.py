@@ -159,6 +159,14 @@ def test_every_package_readme_has_the_same_sections(paper):
         f"{paper}/README.md: '## ' sections {headings}; expected {list(HEADINGS)} (others go under them as ###)"
 
 
+@pytest.mark.parametrize("paper", registry.PACKAGES)
+def test_every_module_a_package_readme_lists_exists(paper):
+    rows = [line.split("|")[1] for line in (REPO / paper / "README.md").read_text().splitlines()
+            if line.startswith("| `")]
+    named = {m for cell in rows for m in re.findall(r"`(\w+\.py)`", cell)}
+    assert not sorted(m for m in named if not (REPO / paper / m).is_file()), f"{paper}/README.md lists modules it lacks"
+
+
 @pytest.mark.parametrize("path", sorted(readme.expected()), ids=lambda p: str(p.relative_to(REPO)))
 def test_each_readme_holds_the_block_the_records_give(path):
     """A README whose block differs from results/ was edited by hand or not regenerated: python -m experiments.report
