@@ -1,6 +1,6 @@
 """Embedding Recycling for Language Models.
 
-Saad-Falcon, Singh, Soldaini, D'Arcy, Cohan, Downey (arXiv 2207.04993). Spec: recycling/SPEC.md.
+Saad-Falcon, Singh, Soldaini, D'Arcy, Cohan, Downey (arXiv 2207.04993). How to run and deviations: recycling/README.md.
 
 Cache the hidden states h^k of a frozen pretrained encoder's layer k once (the suite's activation store), then train
 and run only layers k+1..N (and optionally Houlsby adapters in them) from the cache. `method=recycling` reproduces

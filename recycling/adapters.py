@@ -1,5 +1,5 @@
 """Houlsby bottleneck adapters for BERT-style blocks, placed as the paper's code places them (OpenDelta 0.4
-`AdapterModel`, recycling/SPEC.md §1): one on the output of each block's attention sublayer and one on the output
+`AdapterModel` [R]): one on the output of each block's attention sublayer and one on the output
 of its feed-forward sublayer, h <- h + f(h W_down) W_up. Written by hand: peft has no Houlsby adapter."""
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The layer-k cache: h^k of every encoded example, computed once by the frozen lower model and read back from the
-suite's activation store (keyed per example, so shuffled batches hit; spec §1 "Keying", §6.3), plus the batches a
+suite's activation store (keyed per example [S], so reshuffled batches hit), plus the batches a
 cache-fed model trains and evaluates on. No Hydra; the store's root comes in as an argument."""
 from __future__ import annotations
 

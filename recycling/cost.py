@@ -1,6 +1,6 @@
 """Table 7: how long a cache can be stored before its storage costs more than the compute one reuse saves.
 
-Spec §3 (the formula reproduces all ten of the paper's numbers from its own Table 4 timings):
+Our reading of the paper's cost model [S], which reproduces all ten of its numbers from its own Table 4 timings:
     months = (T_base - T_fp16)[ms per 128 x 512-token batch on one A10G] x (5.67 / 4 $/GPU-h / 3.6e6 ms/h)
              / (128 x 512 x d x 2 B / 2^30 x price $/GB/month)
 g5.12xlarge (4 x A10G) at $5.67/h; S3 one-zone-IA $0.01/GB/month (cloud); local HDD $16.9/TB over 6 years =

@@ -1,7 +1,7 @@
 """The cached reduced model: layers k+1..N of a pretrained encoder (and the task head), fed with h^k read from the
-cache instead of running the embeddings and layers 1..k (recycling/SPEC.md §1).
+cache instead of running the embeddings and layers 1..k [P].
 
-h^k is HF's `hidden_states[k]`, the output of block k (not its input: spec §6.1). Plain torch; no Hydra, no I/O."""
+h^k is HF's `hidden_states[k]`, the output of block k (not its input). Plain torch; no Hydra, no I/O."""
 from __future__ import annotations
 
 import copy
@@ -14,7 +14,7 @@ from experiments.models import HeadOutput, TaskModel
 from recycling.adapters import add_adapters
 
 # BERT-style blocks take (hidden, 4-D mask); DeBERTa-v2's also take relative positions and embeddings, which its
-# encoder computes from the states themselves, so the upper stack rebuilds them (spec §6.4). T5 computes a position
+# encoder computes from the states themselves, so the upper stack rebuilds them. T5 computes a position
 # bias in block 0 and passes it upward, DistilBERT's blocks have another signature: not supported.
 SUPPORTED = ("bert", "roberta", "xlm-roberta", "deberta-v2")
 
@@ -55,7 +55,8 @@ class UpperStack(nn.Module):
     def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         if self.deberta:
             enc = self._helpers[0]
-            mask, rel_pos, rel_emb = enc.get_attention_mask(attention_mask), enc.get_rel_pos(hidden), enc.get_rel_embedding()
+            mask = enc.get_attention_mask(attention_mask)
+            rel_pos, rel_emb = enc.get_rel_pos(hidden), enc.get_rel_embedding()
             for layer in self.layers:  # h^k (k >= 1) already includes the conv applied after block 1
                 hidden, _ = layer(hidden, mask, relative_pos=rel_pos, rel_embeddings=rel_emb)
             return hidden
@@ -103,7 +104,7 @@ def apply_variant(model: TaskModel, variant: str, k: int, bottleneck: int, act: 
     """The model a variant trains, with exactly its trainable parameters:
     full: everything; frozen: all but embeddings and blocks 1..k; reduced: blocks k+1..N + head, fed from the cache;
     half_adapters: adapters in blocks k+1..N + head, fed from the cache; full_adapters: adapters everywhere + head.
-    LayerNorms stay frozen under adapters, as in the paper's code (spec §1)."""
+    LayerNorms stay frozen under adapters, as in the paper's code [R]."""
     enc, head = model.encoder, model.head
     layers = blocks(enc)
     k = resolve_k(k, len(layers))
@@ -125,4 +126,5 @@ def apply_variant(model: TaskModel, variant: str, k: int, bottleneck: int, act: 
             freeze(upper)
             add_adapters(upper.layers, d, bottleneck, act)
         return RecycledModel(upper, head)
-    raise ValueError(f"unknown recycling variant {variant!r}; valid: full, frozen, reduced, half_adapters, full_adapters")
+    raise ValueError(f"unknown recycling variant {variant!r}; valid: full, frozen, reduced, half_adapters, "
+                     "full_adapters")

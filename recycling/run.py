@@ -1,64 +1,47 @@
-"""method=recycling (accuracy of the five variants) and method=recycling_bench (the efficiency tables)."""
+"""method=recycling: one of the paper's five variants trained and scored with the suite's fine-tuning recipe; the
+cached variants train on layer-k states read from the activation store instead of token batches."""
 from __future__ import annotations
-
-import logging
 
 from omegaconf import DictConfig, OmegaConf
 
-from experiments import batches as B
-from experiments import data as D
+from experiments import data, recipe
 from experiments.context import RunContext
-from experiments.finetune import encode_dev, fit_and_score, prepare, record_samples
 from experiments.models import count_parameters, tokenizer_fingerprint
-from recycling import cache as C
-from recycling.config import CACHED, VARIANTS
+from recycling import cache
+from recycling.config import ADAPTERS, CACHED, check
 from recycling.model import apply_variant, blocks, lower_model, resolve_k
 
-log = logging.getLogger(__name__)
-
-
 def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
+    check(cfg)
     m = cfg.method
-    if m.variant not in VARIANTS:
-        raise ValueError(f"unknown recycling variant {m.variant!r}; valid: {', '.join(VARIANTS)}")
-    tok, model, raw, train, evals = prepare(cfg)
-    dev = encode_dev(cfg, tok, raw)  # None unless the task selects its checkpoint on a dev split
-    ctx.tokenizer_fingerprint = tokenizer_fingerprint(tok)
-    record_samples(cfg, ctx, raw, train, evals)
+    tok, model, splits = recipe.prepare(cfg)
+    recipe.record_samples(cfg, ctx, splits)
     k = resolve_k(m.k, len(blocks(model.encoder)))
     total = count_parameters(model)["params/total"]  # the full model's size: trainable % is relative to it
     lower = lower_model(model.encoder, k) if m.variant in CACHED else None
     trained = apply_variant(model, m.variant, k, m.bottleneck, m.adapter_act)
-    if "adapters" in m.variant and m.adapter_lr is not None:
-        cfg = OmegaConf.merge(cfg, {"train": {"lr": m.adapter_lr}})
-    hw, pad = cfg.hardware, tok.pad_token_id
+    # the adapter variants train at method.adapter_lr: a copy of the training settings, so the record's config
+    # stays the one that was asked for (method.adapter_lr says the rest)
+    train_cfg = cfg.train
+    if m.variant in ADAPTERS and m.adapter_lr is not None:
+        train_cfg = OmegaConf.merge(cfg.train, {"lr": m.adapter_lr})
+    pad = tok.pad_token_id
     # train/lr: the lr this variant trained at (method.adapter_lr or train.lr): what an lr selection compares
     extra = {"recycling/k": k, "recycling/layers_reduced_pct": 100.0 * k / len(blocks(model.encoder)),
-             "train/lr": float(cfg.train.lr)}
+             "train/lr": float(train_cfg.lr)}
     if lower is None:
-        batches, n_batches = B.train_batches(train, hw.batch_size, pad, cfg.seed, cfg.train.group_by_length,
-                                             **B.loading(hw, ctx.device))
-        metrics = fit_and_score(cfg, ctx, trained, raw, evals, batches, n_batches, pad, dev=dev)
+        batches, n_batches = recipe.token_batches(cfg, ctx, splits.train, pad)
+        metrics = recipe.fit_and_score(cfg, ctx, trained, splits, batches, n_batches, pad, train_cfg=train_cfg)
     else:
         store = ctx.store()
-        n = D.max_length(cfg.task, cfg.data)
-        caches = {}
-        for split, feats in (("train", train), ("eval", evals), ("dev", dev)):
-            if feats is None:
-                continue
-            rows = D.rows_of(feats)
-            before = store.stats.computed
-            states = C.build(store, lower, rows, k, tokenizer_key=ctx.tokenizer_fingerprint, max_length=n,
-                             batch_size=hw.eval_batch_size, device=ctx.device)
-            caches[split] = C.LayerCache(states, k, rows, pad, in_ram=m.cache_in_ram)
-            extra[f"cache/{split}_computed"] = store.stats.computed - before
-            extra[f"cache/{split}_bytes"] = sum(states.lengths) * cfg.model.hidden_size * store.np_dtype.itemsize
+        caches = _caches(cfg, ctx, store, lower, splits, tokenizer_fingerprint(tok), k, pad, extra)
         del lower
         hits = _HitCounter(store)
-        batches, n_batches = caches["train"].batches(hw.batch_size, cfg.seed, cfg.train.group_by_length)
-        metrics = fit_and_score(cfg, ctx, trained, raw, evals, hits.per_epoch(batches), n_batches, pad,
-                                eval_inputs=caches["eval"].eval_inputs(), dev=dev,
-                                dev_inputs=caches["dev"].eval_inputs() if dev is not None else None)
+        batches, n_batches = caches["train"].batches(cfg.hardware.batch_size, cfg.seed, cfg.train.group_by_length)
+        metrics = recipe.fit_and_score(cfg, ctx, trained, splits, hits.per_epoch(batches), n_batches, pad,
+                                       eval_inputs=caches["eval"].eval_inputs(),
+                                       dev_inputs=caches["dev"].eval_inputs() if "dev" in caches else None,
+                                       train_cfg=train_cfg)
         ctx.extra["cache_epochs"] = hits.epochs
         if hits.epochs:
             last = hits.epochs[-1]
@@ -67,6 +50,25 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
     trainable = sum(p.numel() for p in trained.parameters() if p.requires_grad)
     return {**metrics, **extra, "params/total": total, "params/trainable": trainable,
             "params/trainable_pct": 100.0 * trainable / total}
+
+
+def _caches(cfg: DictConfig, ctx: RunContext, store, lower, splits: recipe.Splits, tok_key: str, k: int, pad: int,
+            extra: dict) -> dict[str, cache.LayerCache]:
+    """The layer-k cache of every split, built through `store` (an example cached before is read, not computed);
+    `extra` gets each split's computed examples and bytes."""
+    n = data.max_length(cfg.task, cfg.data)
+    out = {}
+    for split, feats in (("train", splits.train), ("eval", splits.evals), ("dev", splits.dev)):
+        if feats is None:
+            continue
+        rows = data.rows_of(feats)
+        before = store.stats.computed
+        states = cache.build(store, lower, rows, k, tokenizer_key=tok_key, max_length=n,
+                             batch_size=cfg.hardware.eval_batch_size, device=ctx.device)
+        out[split] = cache.LayerCache(states, k, rows, pad, in_ram=cfg.method.cache_in_ram)
+        extra[f"cache/{split}_computed"] = store.stats.computed - before
+        extra[f"cache/{split}_bytes"] = sum(states.lengths) * cfg.model.hidden_size * store.np_dtype.itemsize
+    return out
 
 
 class _HitCounter:

@@ -3,9 +3,7 @@ finetune tier's records, trained with an identical model, task, dev split, caps,
 import pytest
 from omegaconf import OmegaConf
 
-from experiments.evidence import claims as C
-from experiments.evidence import records as RD
-from experiments.evidence import selection
+from experiments.evidence import claims, records, selection
 from tests.test_identity import compose_experiment, grid_jobs
 
 # (recycling experiment, the finetune experiment its Full arm comes from)
@@ -44,7 +42,7 @@ def test_recycling_tier_runs_no_full_and_shares_the_full_grid(rec_exp, ft_exp):
 def test_full_arm_resolves_to_finetune_records_with_identical_train_and_data(rec_exp, ft_exp):
     rjobs, _ = _jobs(rec_exp)
     fjobs, _ = _jobs(ft_exp)
-    registry = C.load_claims("recycling")
+    registry = claims.load_claims("recycling")
     assert "finetune" in registry.baselines_from
     b_full = next(c for c in registry.claims if c.id == "half-adapters-close-to-full").comparisons[0].b
     checked = 0
@@ -63,7 +61,7 @@ def test_full_arm_resolves_to_finetune_records_with_identical_train_and_data(rec
             {k: v for k, v in c["train"].items() if k != "lr"}
         assert full["config"]["model"] == c["model"] and full["config"]["hardware"] == c["hardware"]
         assert selection.same_training(full, mine)
-        assert RD.matches(full, b_full)  # the claims' Full arm selects the finetune record
+        assert records.matches(full, b_full)  # the claims' Full arm selects the finetune record
         checked += 1
     assert checked
 

@@ -6,10 +6,10 @@ import functools
 import pytest
 import torch
 
-from experiments import data as D
+from experiments import data
 from experiments.models import build
 from experiments.store import ActivationStore
-from recycling import cache as C
+from recycling import cache
 from recycling.adapters import Adapter, add_adapters
 from recycling.cost import months_to_break_even
 from recycling.model import UpperStack, apply_variant, lower_model, resolve_k
@@ -21,9 +21,9 @@ def _tiny(task: str):
     cfg = compose(f"task={task}", "debug=smoke")
     torch.manual_seed(0)
     tok, model = build(cfg.model, cfg.task)
-    raw = D.load_splits(cfg.task, cfg.data)
-    feats = D.encode(raw["eval"], tok, cfg.task, D.max_length(cfg.task, cfg.data), train=False)
-    return cfg, tok, model.eval(), D.rows_of(feats)
+    raw = data.load_splits(cfg.task, cfg.data)
+    feats = data.encode(raw["eval"], tok, cfg.task, data.max_length(cfg.task, cfg.data), train=False)
+    return cfg, tok, model.eval(), data.rows_of(feats)
 
 
 def tiny(task="rt-polarity"):
@@ -33,24 +33,25 @@ def tiny(task="rt-polarity"):
 
 
 def full_logits(model, rows, pad):
-    batch = D.collate(rows, pad)
+    batch = data.collate(rows, pad)
     with torch.no_grad():
-        return model(**{k: v for k, v in batch.items() if k in ("input_ids", "attention_mask", "token_type_ids")}).logits
+        return model(**{k: v for k, v in batch.items()
+                        if k in ("input_ids", "attention_mask", "token_type_ids")}).logits
 
 
 @pytest.mark.parametrize("task", ["rt-polarity", "vitaminc", "wnut16", "squad-dev"])
 def test_cache_fed_upper_layers_equal_the_full_model(task, tmp_path):
     cfg, tok, model, rows = tiny(task)
     want = full_logits(model, rows, tok.pad_token_id)  # rows differ in length: padding and the mask matter
-    mask = D.collate(rows, tok.pad_token_id)["attention_mask"].bool()
+    mask = data.collate(rows, tok.pad_token_id)["attention_mask"].bool()
     for k in (1, 2, 3):
         store = ActivationStore(tmp_path / str(k), dtype=torch.float32)
-        states = C.build(store, lower_model(model.encoder, k), rows, k, tokenizer_key="t", max_length=512,
-                         batch_size=5, device="cpu")
-        cache = C.LayerCache(states, k, rows, tok.pad_token_id, in_ram=k == 2)
+        states = cache.build(store, lower_model(model.encoder, k), rows, k, tokenizer_key="t", max_length=512,
+                             batch_size=5, device="cpu")
+        layer_cache = cache.LayerCache(states, k, rows, tok.pad_token_id, in_ram=k == 2)
         reduced = apply_variant(model, "reduced", k, 8, "gelu_new").eval()
         with torch.no_grad():
-            got = reduced(**cache.batch(range(len(rows)), targets=False)).logits
+            got = reduced(**layer_cache.batch(range(len(rows)), targets=False)).logits
         if got.ndim == 3:  # token heads: padded positions carry no prediction
             got, w = got[mask], want[mask]
         else:
@@ -59,8 +60,8 @@ def test_cache_fed_upper_layers_equal_the_full_model(task, tmp_path):
 
 
 def test_deberta_v2_upper_stack_rebuilds_relative_positions():
-    """DeBERTa-v2 computes relative positions and embeddings inside its encoder and a conv after block 1 (spec
-    §6.4): the cache-fed upper blocks must rebuild them to equal the full model, for every k."""
+    """DeBERTa-v2 computes relative positions and embeddings inside its encoder and a conv after block 1: the
+    cache-fed upper blocks must rebuild them to equal the full model, for every k."""
     from transformers import DebertaV2Config, DebertaV2Model
     from experiments.models import SequenceHead, TaskModel
     torch.manual_seed(0)
@@ -89,7 +90,7 @@ def test_deberta_v2_upper_stack_rebuilds_relative_positions():
 def test_off_by_one_layer_is_caught(tmp_path):
     """h^k is the output of block k (hidden_states[k]); feeding block k's input instead changes the logits."""
     cfg, tok, model, rows = tiny()
-    batch = {k: v for k, v in D.collate(rows, tok.pad_token_id).items() if k != "labels"}
+    batch = {k: v for k, v in data.collate(rows, tok.pad_token_id).items() if k != "labels"}
     with torch.no_grad():
         hs = model.encoder(**batch, output_hidden_states=True).hidden_states
         reduced = apply_variant(model, "reduced", 2, 8, "gelu_new").eval()
@@ -106,12 +107,13 @@ def test_fp16_cache_changes_scores_by_little(tmp_path):
     reduced = apply_variant(model, "reduced", k, 8, "gelu_new").eval()
     scores = {}
     for dt in (torch.float32, torch.float16):
-        states = C.build(ActivationStore(tmp_path / str(dt), dtype=dt), lower, rows, k, tokenizer_key="t",
-                         max_length=512, batch_size=8, device="cpu")
+        states = cache.build(ActivationStore(tmp_path / str(dt), dtype=dt), lower, rows, k, tokenizer_key="t",
+                             max_length=512, batch_size=8, device="cpu")
         with torch.no_grad():
-            scores[dt] = reduced(**C.LayerCache(states, k, rows, 0).batch(range(len(rows)), False)).logits.softmax(-1)
+            batch = cache.LayerCache(states, k, rows, 0).batch(range(len(rows)), False)
+            scores[dt] = reduced(**batch).logits.softmax(-1)
     diff = (scores[torch.float16] - scores[torch.float32]).abs().max().item()
-    assert 0 < diff <= 1e-3  # the paper's bound (spec §1); zero would mean the fp16 path was not taken
+    assert 0 < diff <= 1e-3  # the paper's bound [P]; zero would mean the fp16 path was not taken
 
 
 def test_lower_model_is_a_frozen_copy_of_the_bottom():
@@ -122,7 +124,7 @@ def test_lower_model_is_a_frozen_copy_of_the_bottom():
     assert len(model.encoder.encoder.layer) == n and model.encoder.config.num_hidden_layers == n  # untouched
     assert not any(p.requires_grad for p in lower.parameters())
     assert all(p.requires_grad for p in model.parameters())
-    batch = {k: v for k, v in D.collate(rows, tok.pad_token_id).items() if k != "labels"}
+    batch = {k: v for k, v in data.collate(rows, tok.pad_token_id).items() if k != "labels"}
     with torch.no_grad():
         want = model.encoder(**batch, output_hidden_states=True).hidden_states[2]
         got = lower(**batch).last_hidden_state
@@ -189,7 +191,8 @@ def test_bad_inputs_are_named():
         add_adapters(model.encoder.encoder.layer, 32, 4)
     llama = compose("model=tiny-llama", "debug=smoke")
     _, lm = build(llama.model, llama.task)
-    with pytest.raises(NotImplementedError, match="recycling supports bert, roberta, xlm-roberta, deberta-v2 encoders, not 'llama'"):
+    with pytest.raises(NotImplementedError,
+                       match="recycling supports bert, roberta, xlm-roberta, deberta-v2 encoders, not 'llama'"):
         UpperStack(lm.encoder, 1)
 
 
@@ -209,14 +212,14 @@ def test_cost_model_reproduces_the_papers_table7_from_its_own_timings(model):
 
 
 def test_prefetch_keeps_order_and_raises_the_producers_error():
-    assert list(C.prefetch(iter(range(50)), 4)) == list(range(50))
-    assert list(C.prefetch(iter(range(5)), 0)) == list(range(5))
+    assert list(cache.prefetch(iter(range(50)), 4)) == list(range(50))
+    assert list(cache.prefetch(iter(range(5)), 0)) == list(range(5))
 
     def broken():
         yield 1
         raise OSError("disk gone")
     with pytest.raises(OSError, match="disk gone"):
-        list(C.prefetch(broken(), 2))
+        list(cache.prefetch(broken(), 2))
 
 
 def test_packed_rows_are_exactly_seq_len_real_tokens():
@@ -240,15 +243,15 @@ def test_real_model_cache_equivalence_fp32_and_fp16(model_name, k, tmp_path):
     cfg = compose(f"model={model_name}", "task=rt-polarity", "data.limit_eval=48")
     tok, model = build(cfg.model, cfg.task)
     model.eval()
-    raw = D.load_splits(cfg.task, cfg.data)
-    rows = D.rows_of(D.encode(raw["eval"], tok, cfg.task, 64, train=False))
+    raw = data.load_splits(cfg.task, cfg.data)
+    rows = data.rows_of(data.encode(raw["eval"], tok, cfg.task, 64, train=False))
     want = full_logits(model, rows, tok.pad_token_id)
     lower = lower_model(model.encoder, k)
     reduced = apply_variant(model, "reduced", k, 8, "gelu_new").eval()
     for dt, bound in ((torch.float32, 1e-5), (torch.float16, 1e-3)):
-        states = C.build(ActivationStore(tmp_path / str(dt), dtype=dt), lower, rows, k, tokenizer_key="t",
-                         max_length=64, batch_size=16, device="cpu")
+        states = cache.build(ActivationStore(tmp_path / str(dt), dtype=dt), lower, rows, k, tokenizer_key="t",
+                             max_length=64, batch_size=16, device="cpu")
         with torch.no_grad():
-            got = reduced(**C.LayerCache(states, k, rows, tok.pad_token_id).batch(range(len(rows)), False)).logits
+            got = reduced(**cache.LayerCache(states, k, rows, tok.pad_token_id).batch(range(len(rows)), False)).logits
         diff = (got - want).abs().max() if dt == torch.float32 else (got.softmax(-1) - want.softmax(-1)).abs().max()
         assert diff.item() <= bound, (dt, diff.item())

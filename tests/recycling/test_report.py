@@ -104,3 +104,21 @@ def test_full_comes_from_the_finetune_tier_when_trained_alike_at_the_dev_chosen_
     assert t1["reduced"]["ours − full"] == "+2.00"
     assert "rt-polarity full: lr 2e-04" in text and "rt-polarity reduced k=3: lr 2e-04" in text
     assert "finetune tier's records" in text
+
+
+def test_timing_rows_read_k_from_the_metrics_and_from_older_records_sample_counts():
+    from experiments.evidence.paper_values import paper_values
+    from recycling.report import training_table
+
+    def bench_rec(model, where_k):
+        times = {f"time/{x}_ms": 10.0 for x in ("NR", "F", "SR", "R", "R_ram", "save")}
+        pcts = {f"speedup/{x}_pct": 5.0 for x in ("NR_vs_SR", "F_vs_SR", "NR_vs_R", "NR_vs_R_ram", "NR_vs_F")}
+        return {"exp_id": "recycling/timing", "status": "ok", "metrics": {**times, **pcts, **where_k.get("metrics", {})},
+                "n_samples": where_k.get("n_samples", {}), "provenance": {"device": "cpu: test"},
+                "config": {"method": {"name": "recycling_bench", "variant": "training", "batch_size": 16,
+                                      "seq_len": 128},
+                           "model": {"name": model, "num_layers": 6}, "task": {"name": "rt-polarity"}}}
+    runs = [bench_rec("a", {"metrics": {"recycling/k": 3.0}}), bench_rec("b", {"n_samples": {"k": 2}})]
+    t = training_table(runs, paper_values("recycling"), set())
+    assert [(row[0], row[2]) for row in t.rows] == [("a", 3), ("b", 2)]
+    assert "| a | 6 | 3 | cpu: test | 16 | 128 | 10.0 |" in t.markdown()
