@@ -1,4 +1,5 @@
-"""The fine-tuning loop on a tiny problem: it learns, stops early, restores the best weights, accumulates exactly."""
+"""The training loop on a tiny problem: it learns, stops early, restores the best weights, accumulates exactly, and
+steps a method's own optimizers as a plain loop would."""
 from types import SimpleNamespace
 
 import pytest
@@ -6,7 +7,8 @@ import torch
 from torch import nn
 
 from experiments.models import HeadOutput
-from experiments.train import TrainLog, fit, total_steps
+from experiments.optim import linear_schedule
+from experiments.train import EarlyStopping, Optimization, TrainLog, fit, total_steps
 
 
 def cfg(**kw):
@@ -180,3 +182,101 @@ def test_fp16_training_follows_fp32_on_a_tiny_model():
     (w32, r32), (w16, r16) = runs["fp32"], runs["fp16"]
     assert r16.skipped_steps == 0 and r16.steps == r32.steps == 24
     assert torch.allclose(w16, w32, atol=5e-3) and not torch.equal(w16, w32)  # fp16 did run, and stayed close
+
+
+def test_early_stopping_waits_for_patience_and_min_steps_and_keeps_the_best_weights():
+    model = Linear()
+    stop = EarlyStopping("dev/f1", True, patience=2, min_steps=4)
+    scores = [0.5, 0.6, 0.6, 0.4, 0.3, 0.7, 0.2, 0.1]  # a tie is no improvement
+    decisions = []
+    for step, f1 in enumerate(scores, 1):
+        with torch.no_grad():
+            model.lin.bias.fill_(step)  # the weights name their step
+        decisions.append(stop.update(step, {"dev/f1": f1}, model))
+    # step 3: 1 bad; step 4: 2 bad and step 4 >= min_steps: stop (a caller stops there; this one goes on)
+    assert decisions == [False, False, False, True, True, False, False, True]
+    assert stop.best_step == 6 and stop.best == {"dev/f1": 0.7}
+    stop.restore(model)
+    assert torch.equal(model.lin.bias, torch.full((2,), 6.0))
+    lower = EarlyStopping("dev/loss", False, patience=0)  # 0: never stops
+    assert not any(lower.update(s, {"dev/loss": float(s)}, model) for s in range(1, 20)) and lower.best_step == 1
+
+
+def test_fit_does_not_stop_before_min_steps():
+    x, y = data()
+    fn, n = batches(x, y, 8)  # 8 steps an epoch
+    r = fit(Linear(), fn, n, cfg(epochs=10, patience=1), lambda m: {"eval/acc": 0.5}, "eval/acc", True,
+            torch.device("cpu"), min_steps=24)
+    assert r.stopped_early and r.steps == 24 and r.best_step == 8 and len(r.intervals_s) == 3
+    assert all(t > 0 for t in r.intervals_s)
+
+
+class TwoParts(nn.Module):
+    """Two parts with their own optimisation recipes, as a probe's head and aggregator have."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 2)
+
+    def forward(self, x, labels, sources, scale):
+        logits = self.b(torch.relu(self.a(x + sum(sources)))) * scale
+        return HeadOutput(logits, nn.functional.cross_entropy(logits, labels))
+
+
+def recipes(model, total):
+    """Adam on one part (no warmup), AdamW with warmup on the other, each clipped to its own norm."""
+    adam = torch.optim.Adam(model.b.parameters(), lr=0.05, eps=1e-6)
+    adamw = torch.optim.AdamW(model.a.parameters(), lr=0.02, eps=1e-6, weight_decay=0.01)
+    return [Optimization(adam, linear_schedule(adam, 0, total), list(model.b.parameters()), 0.5),
+            Optimization(adamw, linear_schedule(adamw, 2, total), list(model.a.parameters()), 0.1)]
+
+
+def test_fit_with_its_own_optimizers_steps_each_as_a_plain_loop_would():
+    """Several optimizers, each with its schedule and its own clipping, and batches holding a list of tensors and a
+    flag: fit's weights are bit for bit a plain loop's that clips, steps and schedules each optimizer in turn."""
+    x, y = data(32)
+    extra = [torch.randn(32, 4, generator=torch.Generator().manual_seed(3))]
+
+    def make(epoch):
+        return ({"x": x[i:i + 8], "labels": y[i:i + 8], "sources": [e[i:i + 8] for e in extra], "scale": 2.0}
+                for i in range(0, 32, 8))
+    torch.manual_seed(0)
+    ours, plain = TwoParts(), TwoParts()
+    plain.load_state_dict(ours.state_dict())
+    losses = []
+    r = fit(ours, make, 4, cfg(epochs=3, eval_every=100, lr=1.0, max_grad_norm=0.0),
+            lambda m: {"eval/acc": 0.0}, "eval/acc", True, torch.device("cpu"), optimizers=recipes(ours, 12),
+            on_step=lambda step, loss: losses.append(float(loss)))
+    assert r.steps == 12 and len(losses) == 12
+    opts, expected = recipes(plain, 12), []
+    for epoch in range(3):
+        for batch in make(epoch):
+            loss = plain(**batch).loss
+            for o in opts:
+                o.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            for o in opts:
+                torch.nn.utils.clip_grad_norm_(o.params, o.max_grad_norm)
+                o.optimizer.step()
+                o.schedule.step()
+            expected.append(loss.item())
+    assert losses == expected
+    for (k, a), b in zip(ours.state_dict().items(), plain.state_dict().values()):
+        assert torch.equal(a, b), k
+
+
+def test_fit_without_evaluation_keeps_the_last_weights():
+    x, y = data()
+    fn, n = batches(x, y, 8)
+    model = Linear()
+    r = fit(model, fn, n, cfg(epochs=1), None, None, True, torch.device("cpu"), test=lambda m: accuracy(m, x, y))
+    assert r.history == [] and r.best == {} and r.best_step == r.steps == 8 and r.intervals_s == []
+    assert r.test == accuracy(model, x, y)  # scored at the weights training ended with
+
+
+def test_train_log_counts_a_batch_by_its_first_tensor():
+    """A probe's batch opens with a list of per-source tensors (3 sources here) and holds a flag: its size is the
+    first tensor's rows (5 documents)."""
+    curve = TrainLog(lambda m, s: None, total_steps=10)
+    curve.batch({"sources": [torch.ones(5, 2)] * 3, "spans": torch.ones(5, 2), "gold_mentions": True})
+    assert curve.examples == 5
