@@ -1,4 +1,4 @@
-"""The prompt builder reproduces the paper's rendered strings (spec §1.2, §2.2) and its demo sampling."""
+"""The prompt builder reproduces the paper's rendered strings and its demo sampling [P, C]."""
 import random
 
 import pytest
