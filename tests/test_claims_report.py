@@ -8,32 +8,30 @@ import re
 
 import pytest
 
-from experiments.evidence import claims as C
-from experiments.evidence import verdicts as V
-from experiments.evidence import report
+from experiments.evidence import claims, report, verdicts
 
 OFFLINE = "cpu, offline stand-ins; rt-polarity for SST-2, minilm-l6 for BERT-base; 1000 train / 1244 eval examples"
 STAND_INS = {"rt-polarity": "SST-2", "minilm-l6": "BERT-base (6 of its 12 layers)"}
 
 
-def claim(cid: str, kind: str = "paper", values=None, labels=("",), text: str | None = None, **kw) -> C.Claim:
-    comps = tuple(C.Comparison(label=lb, metric="objective", units="points", test=C.Test("difference", at_least=-1.0),
+def claim(cid: str, kind: str = "paper", values=None, labels=("",), text: str | None = None, **kw) -> claims.Claim:
+    comps = tuple(claims.Comparison(label=lb, metric="objective", units="points", test=claims.Test("difference", at_least=-1.0),
                                a={"method.variant": "reduced"}, b={"method.variant": "full"},
                                pair_by=("model.name", "task.name", "seed")) for lb in labels)
-    return C.Claim(id=cid, claim=text or f"The claim {cid} holds on every task.", where="Table 1",
+    return claims.Claim(id=cid, claim=text or f"The claim {cid} holds on every task.", where="Table 1",
                    values=values if values is not None else {"SST-2": {"reduced": 77.6, "full": 75.4}},
                    comparisons=comps, needs_signal=True, kind=kind, **kw)
 
 
-def outcome(verdict: str = "holds", est: float = 2.5, ci=(1.0, 4.0), label: str = "", **kw) -> V.Outcome:
-    return V.Outcome(label=label, verdict=verdict, estimate=est, ci=ci, n="n=1 seed x 1244 examples",
+def outcome(verdict: str = "holds", est: float = 2.5, ci=(1.0, 4.0), label: str = "", **kw) -> verdicts.Outcome:
+    return verdicts.Outcome(label=label, verdict=verdict, estimate=est, ci=ci, n="n=1 seed x 1244 examples",
                      statistic=kw.pop("statistic", "a − b, accuracy points"),
                      interval=kw.pop("interval", "paired bootstrap over 1244 examples"), **kw)
 
 
-def row(c: C.Claim, verdict: str = "holds", outcomes=None, scale: str = OFFLINE, **kw) -> V.Row:
+def row(c: claims.Claim, verdict: str = "holds", outcomes=None, scale: str = OFFLINE, **kw) -> verdicts.Row:
     outs = outcomes if outcomes is not None else [outcome(verdict)]
-    return V.Row(claim=c, scale=scale, verdict=verdict, reason=kw.pop("reason", ""), outcomes=outs, evidence=[],
+    return verdicts.Row(claim=c, scale=scale, verdict=verdict, reason=kw.pop("reason", ""), outcomes=outs, evidence=[],
                  **kw)
 
 
@@ -174,12 +172,12 @@ def test_claims_page_keeps_the_papers_values_whole_and_lists_unfit_arms(tmp_path
 
 def test_report_stays_under_its_limit_with_110_long_rows(tmp_path, monkeypatch):
     rows: dict[str, list] = {}
-    verdicts = ["holds", "does not hold", "inconclusive", "not testable here", "not run", "partly tested"]
+    labels = ["holds", "does not hold", "inconclusive", "not testable here", "not run", "partly tested"]
     for i in range(110):
         paper = f"paper_{i % 6}"
         cid = f"claim-{i}-" + "x" * 35
         kind = ["paper", "paper", "paper", "target", "implementation", "by-construction"][i % 6 if i % 4 else 0]
-        v = verdicts[i % len(verdicts)]
+        v = labels[i % len(labels)]
         outs = [] if v == "not run" else [
             outcome(v, -2.7 + i, (-4.5 + i, -0.8 + i), label=f"group {j} " + "y" * 30,
                     unfit=[f"arm {k}: " + "z" * 80 for k in range(4)] if v == "not testable here" else [])

@@ -5,9 +5,8 @@ import json
 import pytest
 
 from experiments import registry
-from experiments.config import ConfigError, validate
+from experiments.config import ConfigError, compose, validate
 from experiments.run import execute, num_threads
-from tests.conftest import compose
 
 BAD = [  # (override, what the message must name); each of these used to hang, crash late or be ignored
     ("data.limit_train=0", "data.limit_train=0"),

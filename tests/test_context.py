@@ -2,9 +2,9 @@
 for real in tests/test_run.py)."""
 import torch
 
+from experiments.config import compose
 from experiments.context import RunContext
 from experiments.recipe import prepare
-from tests.conftest import compose
 
 
 def test_store_serves_layer_k_of_an_encoded_split_and_computes_only_what_is_missing(tmp_path):

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from experiments import data as D
+from experiments import REPO, data
 from experiments.assets import MANIFEST, require
+from experiments.config import compose
 from experiments.coref import validate_document
 from experiments.models import byte_tokenizer
 from scripts.datasets_to_jsonl import (DataCheckError, answer_start, find_spans, quoref_rows, winogrande_document,
                                        winogrande_documents, winowhy_problems, words, wsc_documents)
-from tests.conftest import REPO, compose
 
 WG_FIXTURE = REPO / "tests" / "fixtures" / "winogrande-coref.jsonl"
 QUOREF_FIXTURE = REPO / "tests" / "fixtures" / "quoref.jsonl"
@@ -111,22 +111,22 @@ def test_fixture_documents_are_valid_three_mention_documents():
 
 def test_coref_task_loads_nested_spans_through_load_splits_and_load_rows():
     cfg = compose("task=winogrande-coref", "data.source=fixture")
-    assert cfg.task.type == "coref" and cfg.task.type in D.TASK_TYPES and cfg.task.stand_in_for == "conll2012"
-    ds = D.load_splits(cfg.task, cfg.data)
+    assert cfg.task.type == "coref" and cfg.task.type in data.TASK_TYPES and cfg.task.stand_in_for == "conll2012"
+    ds = data.load_splits(cfg.task, cfg.data)
     assert set(ds) == {"train", "eval", "dev"} and len(ds["train"]) == 8 and len(ds["eval"]) == 4
     by_key = {d["doc_key"]: d for d in read(WG_FIXTURE)}
     for doc in ds["eval"]:  # load_dataset("json") keeps the nested lists (spans inside clusters inside documents)
         assert doc["clusters"] == by_key[doc["doc_key"]]["clusters"]
         assert doc["sentences"] == by_key[doc["doc_key"]]["sentences"]
-    rows = D.load_rows(cfg.task, cfg.data, "train")
+    rows = data.load_rows(cfg.task, cfg.data, "train")
     assert [r["doc_key"] for r in rows] == [k for k, d in by_key.items() if d["split"] == "train"]
 
 
 def test_coref_documents_have_no_token_encoder():
     cfg = compose("task=winogrande-coref", "data.source=fixture")
-    ds = D.load_splits(cfg.task, cfg.data)
+    ds = data.load_splits(cfg.task, cfg.data)
     with pytest.raises(ValueError, match="task type 'coref' has no encoder here.*reverse_probing"):
-        D.encode(ds["eval"], byte_tokenizer(), cfg.task, 64, train=False)
+        data.encode(ds["eval"], byte_tokenizer(), cfg.task, 64, train=False)
 
 
 @pytest.mark.parametrize("name", ["winogrande-coref", "wsc273", "quoref", "conll2012"])
@@ -229,8 +229,8 @@ def test_quoref_fixture_runs_through_the_qa_encoder():
         titles[r["title"]].add(r["split"])
     assert all(len(s) == 1 for s in titles.values()) and {r["split"] for r in rows} == {"train", "eval"}
     cfg = compose("task=quoref", "data.source=fixture")
-    ds = D.load_splits(cfg.task, cfg.data)
-    enc = D.encode(ds["train"], byte_tokenizer(), cfg.task, 256, train=True)  # some answers fall outside a window
+    ds = data.load_splits(cfg.task, cfg.data)
+    enc = data.encode(ds["train"], byte_tokenizer(), cfg.task, 256, train=True)  # some answers fall outside a window
     tok = byte_tokenizer()
     answers = [tok.decode(f["input_ids"][f["start_positions"]:f["end_positions"] + 1]) for f in enc
                if f["start_positions"] > 0]

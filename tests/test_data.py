@@ -6,29 +6,28 @@ import numpy as np
 import pytest
 import torch
 
-from experiments import data as D
-from experiments.config import ConfigError
+from experiments import data
+from experiments.config import ConfigError, compose
 from experiments.evaluate import best_span
 from experiments.models import byte_tokenizer
-from tests.conftest import compose
 
 TOK = byte_tokenizer()
 
 
 def test_fixture_splits_and_limits_take_a_fixed_subset():
     cfg = compose("debug=smoke", "task=rt-polarity", "data.limit_train=10")
-    ds = D.load_splits(cfg.task, cfg.data)
+    ds = data.load_splits(cfg.task, cfg.data)
     assert len(ds["train"]) == 10 and len(ds["eval"]) == 16
-    again = D.load_splits(compose("debug=smoke", "task=rt-polarity", "data.limit_train=10", "seed=3").task,
+    again = data.load_splits(compose("debug=smoke", "task=rt-polarity", "data.limit_train=10", "seed=3").task,
                           cfg.data)
     assert ds["train"]["text"] == again["train"]["text"]  # the subset does not move with the run seed
     other = compose("debug=smoke", "task=rt-polarity", "data.limit_train=10", "data.subset_seed=1").data
-    assert D.load_splits(cfg.task, other)["train"]["text"] != ds["train"]["text"]
+    assert data.load_splits(cfg.task, other)["train"]["text"] != ds["train"]["text"]
 
 
 def test_unknown_source_and_missing_fixture_are_errors():
     cfg = compose("task=sst2", "data.source=fixture")
-    for load in (D.load_splits, lambda t, d: D.load_rows(t, d, "train")):
+    for load in (data.load_splits, lambda t, d: data.load_rows(t, d, "train")):
         with pytest.raises(ValueError, match="has no fixture"):
             load(cfg.task, cfg.data)
         with pytest.raises(ValueError, match="valid: offline, hub, fixture"):
@@ -37,19 +36,19 @@ def test_unknown_source_and_missing_fixture_are_errors():
 
 def test_load_rows_reads_one_named_split_uncapped_as_plain_dicts():
     cfg = compose("debug=smoke", "task=rt-polarity", "data.limit_train=10", "task.dev_from_train=null")
-    rows = D.load_rows(cfg.task, cfg.data, "train")  # (no dev carved out of train below: the CPU budget carves one)
-    splits = D.load_splits(cfg.task, compose("debug=smoke", "task=rt-polarity").data)
+    rows = data.load_rows(cfg.task, cfg.data, "train")  # (no dev carved out of train below: the CPU budget carves one)
+    splits = data.load_splits(cfg.task, compose("debug=smoke", "task=rt-polarity").data)
     assert isinstance(rows[0], dict) and "split" in rows[0]
     assert [r["text"] for r in rows] == splits["train"]["text"]  # every row in file order: no cap, no shuffle
-    assert len(D.load_rows(cfg.task, cfg.data, "eval")) == 16
+    assert len(data.load_rows(cfg.task, cfg.data, "eval")) == 16
     with pytest.raises(ConfigError, match=r"task rt-polarity: the test split is empty, .*rt-polarity\.jsonl \(its rows "
                                           r"with split=test\) has no rows for it"):
-        D.load_rows(cfg.task, cfg.data, "test")
+        data.load_rows(cfg.task, cfg.data, "test")
 
 
 def _train_only_fixture(tmp_path):
     path = tmp_path / "no-eval.jsonl"
-    rows = [r for r in D.read_jsonl(D.REPO / "tests/fixtures/rt-polarity.jsonl") if r["split"] == "train"]
+    rows = [r for r in data.read_jsonl(data.REPO / "tests/fixtures/rt-polarity.jsonl") if r["split"] == "train"]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
 
@@ -58,7 +57,7 @@ def test_an_empty_split_is_refused_naming_task_split_and_file(tmp_path):
     path = _train_only_fixture(tmp_path)
     cfg = compose("debug=smoke", "task=rt-polarity", f"task.fixture={path}")
     with pytest.raises(ConfigError) as e:
-        D.load_splits(cfg.task, cfg.data)
+        data.load_splits(cfg.task, cfg.data)
     assert str(e.value).startswith(f"task rt-polarity: the eval split is empty, {path} (its rows with split=eval) "
                                    "has no rows for it: add rows")
 
@@ -77,7 +76,7 @@ def test_a_hub_task_offline_and_uncached_fails_in_one_line_with_the_switch_first
         raise ConnectionError("Couldn't reach 'nyu-mll/glue' on the Hub (OfflineModeIsEnabled)")
     monkeypatch.setattr(datasets, "load_dataset", offline_load)
     cfg = compose("task=sst2")
-    for load in (D.load_splits, lambda t, d: D.load_rows(t, d, "train")):
+    for load in (data.load_splits, lambda t, d: data.load_rows(t, d, "train")):
         with pytest.raises(ConfigError, match="^set STRATA_HUB=1 to download it: task=sst2 loads nyu-mll/glue from "
                                               "the Hugging Face hub") as info:
             load(cfg.task, cfg.data)
@@ -85,35 +84,35 @@ def test_a_hub_task_offline_and_uncached_fails_in_one_line_with_the_switch_first
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "0")
     with pytest.raises(ConnectionError, match="Couldn't reach"):
-        D.load_rows(cfg.task, cfg.data, "train")
+        data.load_rows(cfg.task, cfg.data, "train")
     monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: ["a cached row"])
-    assert D.load_rows(cfg.task, cfg.data, "train") == ["a cached row"]
+    assert data.load_rows(cfg.task, cfg.data, "train") == ["a cached row"]
 
 
 def test_read_jsonl_keeps_unicode_line_separators_inside_a_row(tmp_path):
     path = tmp_path / "rows.jsonl"
     path.write_text('{"text": "a\u2028b"}\n\n{"text": "c"}\n', encoding="utf-8")
-    assert D.read_jsonl(path) == [{"text": "a\u2028b"}, {"text": "c"}]
+    assert data.read_jsonl(path) == [{"text": "a\u2028b"}, {"text": "c"}]
 
 
 @pytest.mark.assets
 def test_load_rows_offline_equals_the_split_load_splits_reads():
     cfg = compose("task=rt-polarity", "data.limit_eval=null")  # the CPU budget caps eval at 1000
-    rows = D.load_rows(cfg.task, cfg.data, cfg.task.splits["eval"])
-    assert [r["text"] for r in rows] == D.load_splits(cfg.task, cfg.data)["eval"]["text"]
+    rows = data.load_rows(cfg.task, cfg.data, cfg.task.splits["eval"])
+    assert [r["text"] for r in rows] == data.load_splits(cfg.task, cfg.data)["eval"]["text"]
 
 
 def test_ner_labels_sit_on_first_pieces_only():
     task = compose("task=wnut16").task
     ds = datasets.Dataset.from_list([{"tokens": ["@u", "Paris", "rocks"], "tags": ["O", "B-geo-loc", "O"]}])
-    enc = D.encode(ds, TOK, task, 64, train=False)[0]
+    enc = data.encode(ds, TOK, task, 64, train=False)[0]
     labels, words = enc["labels"], enc["word_index"]
     real = [i for i, l in enumerate(labels) if l != -100]
     assert [words[i] for i in real] == [0, 1, 2]
     assert [labels[i] for i in real] == [0, task.label_names.index("B-geo-loc"), 0]
     assert labels[0] == -100 and labels[-1] == -100  # [CLS], [SEP]
     with pytest.raises(ValueError, match="not in task.label_names"):
-        D.encode(datasets.Dataset.from_list([{"tokens": ["x"], "tags": ["B-alien"]}]), TOK, task, 64, train=True)
+        data.encode(datasets.Dataset.from_list([{"tokens": ["x"], "tags": ["B-alien"]}]), TOK, task, 64, train=True)
 
 
 def _qa_rows():
@@ -125,8 +124,8 @@ def _qa_rows():
 def test_qa_positions_recover_the_answer_in_every_window_that_holds_it():
     task = compose("task=squad-dev", "task.doc_stride=16").task
     ds = datasets.Dataset.from_list(_qa_rows())
-    train = D.encode(ds, TOK, task, 48, train=True)  # short windows: the context is split with overlap
-    evals = D.encode(ds, TOK, task, 48, train=False)
+    train = data.encode(ds, TOK, task, 48, train=True)  # short windows: the context is split with overlap
+    evals = data.encode(ds, TOK, task, 48, train=False)
     assert len(train) == len(evals) > 1
     found = 0
     for f, e in zip(train, evals):
@@ -153,22 +152,21 @@ def test_best_span_respects_context_order_and_length():
 def test_collate_pads_each_key_with_its_own_value():
     rows = [{"input_ids": [5, 6, 7], "attention_mask": [1, 1, 1], "labels": [1, 2, 3]},
             {"input_ids": [5], "attention_mask": [1], "labels": [4]}]
-    b = D.collate(rows, pad_id=0)
+    b = data.collate(rows, pad_id=0)
     assert b["input_ids"].tolist() == [[5, 6, 7], [5, 0, 0]]
     assert b["attention_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
     assert b["labels"].tolist() == [[1, 2, 3], [4, -100, -100]]
-    assert D.collate([{"input_ids": [1], "labels": 3}], 0)["labels"].dtype == torch.long
+    assert data.collate([{"input_ids": [1], "labels": 3}], 0)["labels"].dtype == torch.long
 
 
 def test_pair_encoding_truncates_to_max_length():
     task = compose("task=vitaminc").task
     ds = datasets.Dataset.from_list([{"claim": "a " * 50, "evidence": "b " * 50, "label": 2}])
-    enc = D.encode(ds, TOK, task, 32, train=True)[0]
+    enc = data.encode(ds, TOK, task, 32, train=True)[0]
     assert len(enc["input_ids"]) == 32 and enc["labels"] == 2 and set(enc["token_type_ids"]) == {0, 1}
 
 
 def test_label_names_shorter_than_the_labels_are_refused_before_training():
-    from tests.conftest import compose
     cfg = compose("debug=smoke", "task=vitaminc", "task.label_names=[a,b]")
     with pytest.raises(ValueError, match="task.label_names has 2 names .* label id 2"):
-        D.load_splits(cfg.task, cfg.data)
+        data.load_splits(cfg.task, cfg.data)

@@ -4,8 +4,8 @@ conf/debug/method/smoke_<m>.yaml (the paper defaults stay as they are)."""
 import pytest
 
 from experiments import registry
+from experiments.config import compose
 from experiments.run import execute
-from tests.conftest import compose
 
 # methods the smoke defaults (tiny-bert, rt-polarity) cannot serve: the refusal the plain command gives, and the
 # overrides that make it run (a causal LM, a task of the method's type, the name of the encoder a build saves)

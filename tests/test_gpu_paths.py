@@ -7,8 +7,8 @@ import pytest
 import torch
 import yaml
 
+from experiments.config import compose
 from experiments.models import load_encoder, load_tokenizer, weights_path
-from tests.conftest import compose
 from tests.helpers.hub_models import MANIFEST, hub_entry, hub_model_overrides, save_hub_model
 
 
@@ -217,6 +217,6 @@ def test_gpu_run_of_an_offline_task_keeps_its_dev_split(task):
 
 
 def test_layer_fusion_smoke_on_gpu_hardware_has_a_dev_split():
-    from experiments import data as D
+    from experiments import data
     cfg = compose("experiment=layer_fusion/smoke", "hardware=gpu", "hardware.device=cpu")
-    assert "dev" in D.load_splits(cfg.task, cfg.data)
+    assert "dev" in data.load_splits(cfg.task, cfg.data)

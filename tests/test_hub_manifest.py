@@ -15,31 +15,30 @@ import huggingface_hub.constants
 import pytest
 import yaml
 
-from experiments import data as D
-from experiments import hub as H
-from scripts import hub as S
-from tests.conftest import CONF, compose
-from tests.test_identity import compose_experiment
+from experiments import data, hub
+from experiments.config import CONF, compose
+from scripts import hub as hub_script
+from tests.helpers.grids import compose_experiment
 
 
 def test_every_config_agrees_with_the_manifest():
-    problems = S.check()
+    problems = hub_script.check()
     assert not problems, "\n".join(problems)
 
 
 def test_the_manifest_is_in_the_form_a_refresh_writes():
     """A refresh rewrites the whole file: the committed one must read back identically (a clean diff)."""
-    assert S.dump(S.load()) == S.MANIFEST.read_text(encoding="utf-8")
-    assert H.manifest() == S.load()
+    assert hub_script.dump(hub_script.load()) == hub_script.MANIFEST.read_text(encoding="utf-8")
+    assert hub.manifest() == hub_script.load()
 
 
 def test_every_entry_says_whether_a_refresh_confirmed_it():
-    doc = S.load()
+    doc = hub_script.load()
     for kind in ("datasets", "models"):
         for key, entry in doc[kind].items():
             assert isinstance(entry.get("confirmed"), bool), f"{kind} {key}: confirmed must be true or false"
             rev = entry.get("revision")
-            assert rev is None or S.SHA.match(rev) or rev == S.PARQUET_REF, f"{kind} {key}: revision {rev!r}"
+            assert rev is None or hub_script.SHA.match(rev) or rev == hub_script.PARQUET_REF, f"{kind} {key}: revision {rev!r}"
 
 
 def _conf(tmp_path: Path, tasks: dict[str, str], models: dict[str, str] = {}) -> Path:
@@ -53,7 +52,7 @@ def _conf(tmp_path: Path, tasks: dict[str, str], models: dict[str, str] = {}) ->
 
 
 SCRIPT_DOC = {"datasets": {"org/ner": {
-    "revision": S.PARQUET_REF, "format": "script", "gated": False, "licence": None, "confirmed": False,
+    "revision": hub_script.PARQUET_REF, "format": "script", "gated": False, "licence": None, "confirmed": False,
     "configs": {"ner": {"splits": {"train": 10, "validation": 5},
                         "features": {"tokens": {"feature": {"dtype": "string", "_type": "Value"}, "_type": "Sequence"},
                                      "ner_tags": {"feature": {"names": ["O", "B-X"], "_type": "ClassLabel"},
@@ -65,12 +64,12 @@ NER = ("name: ner\ntype: ner\nsource: hub\nhf: {{path: org/ner, name: null{rev}}
 
 def test_a_script_repo_read_without_a_pinned_revision_is_named_with_the_fix(tmp_path):
     conf = _conf(tmp_path, {"ner": NER.format(rev="", splits="eval: validation", labels="O, B-X")})
-    problems = S.check(SCRIPT_DOC, conf)
+    problems = hub_script.check(SCRIPT_DOC, conf)
     assert any("conf/task/ner.yaml: hf.path=org/ner ships a loading script" in p
                and "hf.revision: refs/convert/parquet" in p for p in problems), problems
     pinned = _conf(tmp_path, {"ner": NER.format(rev=", revision: refs/convert/parquet", splits="eval: validation",
                                                 labels="O, B-X")})
-    assert S.check(SCRIPT_DOC, pinned) == []
+    assert hub_script.check(SCRIPT_DOC, pinned) == []
 
 
 def test_a_named_config_of_an_export_is_read_from_its_folder(tmp_path):
@@ -78,9 +77,9 @@ def test_a_named_config_of_an_export_is_read_from_its_folder(tmp_path):
     named = NER.format(rev=", revision: refs/convert/parquet", splits="eval: validation", labels="O, B-X")
     named = named.replace("org/ner, name: null", "org/ner, name: ner")
     assert any("hf.name=ner: the parquet export of a script repo has no builder configs" in p
-               and "set hf.data_dir: ner" in p for p in S.check(SCRIPT_DOC, _conf(tmp_path, {"ner": named})))
+               and "set hf.data_dir: ner" in p for p in hub_script.check(SCRIPT_DOC, _conf(tmp_path, {"ner": named})))
     folder = named.replace("org/ner, name: ner", "org/ner, name: null, data_dir: ner")
-    assert S.check(SCRIPT_DOC, _conf(tmp_path, {"ner": folder})) == []
+    assert hub_script.check(SCRIPT_DOC, _conf(tmp_path, {"ner": folder})) == []
 
 
 def test_data_files_other_than_the_manifests_are_named(tmp_path):
@@ -89,7 +88,7 @@ def test_data_files_other_than_the_manifests_are_named(tmp_path):
            "models": {}}
     files = ", builder: json, data_files: {train: d/train.json, validation: d/dev.json}"
     text = NER.format(rev=files, splits="eval: validation", labels="O, B-X")
-    problems = S.check(doc, _conf(tmp_path, {"ner": text}))
+    problems = hub_script.check(doc, _conf(tmp_path, {"ner": text}))
     assert problems == ["conf/task/ner.yaml: hf.path=org/ner is read through a packaged builder: set hf.builder: json "
                         "and hf.data_files: {'train': 'd/train.json', 'validation': 'd/valid.json'} (as "
                         "hub_manifest.yaml)"]
@@ -97,14 +96,14 @@ def test_data_files_other_than_the_manifests_are_named(tmp_path):
 
 def test_an_offline_task_built_from_a_hub_copy_is_pinned_but_keeps_its_own_splits(tmp_path):
     text = NER.format(rev="", splits="eval: eval", labels="O, B-X").replace("source: hub", "source: offline")
-    problems = S.check(SCRIPT_DOC, _conf(tmp_path, {"ner": text}))
+    problems = hub_script.check(SCRIPT_DOC, _conf(tmp_path, {"ner": text}))
     assert len(problems) == 2 and all("revision" in p for p in problems), problems  # no split complaint
 
 
 def test_a_split_column_or_label_order_the_hub_lacks_is_named(tmp_path):
     text = NER.format(rev=", revision: refs/convert/parquet", splits="dev: validation, eval: test",
                       labels="B-X, O").replace("text_fields: [tokens]", "text_fields: [words]")
-    problems = "\n".join(S.check(SCRIPT_DOC, _conf(tmp_path, {"ner": text})))
+    problems = "\n".join(hub_script.check(SCRIPT_DOC, _conf(tmp_path, {"ner": text})))
     assert "splits.eval=test is not a split of org/ner (default); it has train, validation" in problems
     assert "column words is not in org/ner" in problems
     assert "label_names ['B-X', 'O'] differ from the hub's ClassLabel order ['O', 'B-X']" in problems
@@ -112,7 +111,7 @@ def test_a_split_column_or_label_order_the_hub_lacks_is_named(tmp_path):
 
 def test_an_id_without_an_entry_is_named(tmp_path):
     conf = _conf(tmp_path, {}, {"m": "name: m\nsource: hub\nhf_id: org/unknown\n"})
-    assert S.check({"datasets": {}, "models": {}}, conf) == [
+    assert hub_script.check({"datasets": {}, "models": {}}, conf) == [
         "model org/unknown (conf/model/m.yaml) has no entry in hub_manifest.yaml: run python -m scripts.hub "
         "--refresh --only org/unknown"]
 
@@ -131,20 +130,20 @@ def calls(monkeypatch):
 
 def test_the_loader_passes_the_pinned_revision_to_datasets(calls):
     task = compose("task=conll2003").task
-    D._hub(task, "train")
-    assert calls == [{"path": "eriktks/conll2003", "name": None, "split": "train", "revision": S.PARQUET_REF}]
+    data._hub(task, "train")
+    assert calls == [{"path": "eriktks/conll2003", "name": None, "split": "train", "revision": hub_script.PARQUET_REF}]
 
 
 def test_the_loader_reads_one_folder_of_an_export(calls):
     task = compose("task=conll2003", "task.hf.data_dir=conll2003").task
-    D._hub(task, "test")
-    assert calls == [{"path": "eriktks/conll2003", "name": None, "split": "test", "revision": S.PARQUET_REF,
+    data._hub(task, "test")
+    assert calls == [{"path": "eriktks/conll2003", "name": None, "split": "test", "revision": hub_script.PARQUET_REF,
                       "data_dir": "conll2003"}]
 
 
 def test_the_loader_reads_data_files_through_the_packaged_builder(calls):
     task = compose("task=bc5cdr").task
-    D._hub(task)
+    data._hub(task)
     rev = task.hf.revision or "main"
     assert calls == [{"path": "json", "name": None, "split": None, "data_files": {
         s: f"hf://datasets/tner/bc5cdr@{rev}/dataset/{f}.json"
@@ -154,7 +153,7 @@ def test_the_loader_reads_data_files_through_the_packaged_builder(calls):
 def test_data_files_without_a_builder_are_refused(calls):
     task = compose("task=bc5cdr", "task.hf.builder=null").task
     with pytest.raises(ValueError, match=r"task bc5cdr: task\.hf\.data_files is set but task\.hf\.builder=None"):
-        D._hub(task)
+        data._hub(task)
     assert calls == []
 
 
@@ -188,7 +187,7 @@ class FakeApi:
 
     def list_repo_refs(self, repo_id, repo_type=None):
         self.asked.append(("list_repo_refs", repo_id, repo_type))
-        return SimpleNamespace(converts=[SimpleNamespace(name="parquet", ref=S.PARQUET_REF, target_commit="c" * 40)])
+        return SimpleNamespace(converts=[SimpleNamespace(name="parquet", ref=hub_script.PARQUET_REF, target_commit="c" * 40)])
 
     def model_info(self, repo_id, files_metadata=False):
         self.asked.append(("model_info", repo_id, files_metadata))
@@ -216,10 +215,10 @@ def test_refresh_resolves_every_id_and_pins_the_configs(tmp_path, monkeypatch):
                 "splits: {train: train}\ntext_fields: [sentence]\nlabel_field: sentence\n"},
         {"m": "name: m\nsource: hub\nhf_id: distilbert-base-cased\nfamily: bert\n"})
     exported = []
-    monkeypatch.setattr(S, "_export_infos", lambda path, rev: exported.append((path, rev)) or EXPORT[path])
-    monkeypatch.setattr(S, "_download_json", lambda repo, name, rev: FILES.get(name))
+    monkeypatch.setattr(hub_script, "_export_infos", lambda path, rev: exported.append((path, rev)) or EXPORT[path])
+    monkeypatch.setattr(hub_script, "_download_json", lambda repo, name, rev: FILES.get(name))
     api, out = FakeApi(), tmp_path / "manifest.yaml"
-    doc, failed = S.refresh(conf=conf, path=out, api=api, log=lambda line: None)
+    doc, failed = hub_script.refresh(conf=conf, path=out, api=api, log=lambda line: None)
     assert failed == []
     ner = doc["datasets"]["org/ner"]
     assert (ner["format"], ner["revision"], ner["confirmed"], ner["licence"]) == ("script", "c" * 40, True, "cc-by-4.0")
@@ -234,24 +233,24 @@ def test_refresh_resolves_every_id_and_pins_the_configs(tmp_path, monkeypatch):
     assert (m["gated"], m["redirects_to"], m["tokenizer_class"], m["extras"]) == \
         (True, "distilbert/distilbert-base-cased", "DebertaV2Tokenizer", ["sentencepiece", "protobuf"])
     assert ("model_info", "distilbert-base-cased", True) in api.asked
-    assert S.load(out) == doc
+    assert hub_script.load(out) == doc
     # the configs pin what the manifest says, in place (comments and the rest of the line kept), then check clean
-    assert S.check(doc, conf) != []
-    assert {p.name for p in S.pin(doc, conf)} == {"ner.yaml", "sst2.yaml", "m.yaml"}
+    assert hub_script.check(doc, conf) != []
+    assert {p.name for p in hub_script.pin(doc, conf)} == {"ner.yaml", "sst2.yaml", "m.yaml"}
     sst2 = (conf / "task/sst2.yaml").read_text()
     assert "hf: {path: org/glue, name: sst2, revision: " + "b" * 40 + "}   # kept" in sst2
     assert re.search(r"^hf_id: distilbert-base-cased\nrevision: d{40}$", (conf / "model/m.yaml").read_text(), re.M)
-    assert S.check(doc, conf) == []
-    assert S.pin(doc, conf) == []
+    assert hub_script.check(doc, conf) == []
+    assert hub_script.pin(doc, conf) == []
 
 
 def test_add_prefix_space_is_the_tokenizer_config_s_else_the_byte_level_pre_tokenizer_s():
     byte_level = {"pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True}}
     nested = {"pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "Split"}, byte_level["pre_tokenizer"]]}}
-    assert S.prefix_space({"add_prefix_space": True}, lambda: pytest.fail("tokenizer.json read needlessly")) is True
-    assert S.prefix_space(None, lambda: byte_level) is False and S.prefix_space({}, lambda: nested) is False
-    assert S.prefix_space({}, lambda: {"pre_tokenizer": {"type": "BertPreTokenizer"}}) is None
-    assert S.prefix_space(None, lambda: None) is None
+    assert hub_script.prefix_space({"add_prefix_space": True}, lambda: pytest.fail("tokenizer.json read needlessly")) is True
+    assert hub_script.prefix_space(None, lambda: byte_level) is False and hub_script.prefix_space({}, lambda: nested) is False
+    assert hub_script.prefix_space({}, lambda: {"pre_tokenizer": {"type": "BertPreTokenizer"}}) is None
+    assert hub_script.prefix_space(None, lambda: None) is None
 
 
 def test_a_gated_model_without_a_token_keeps_its_fields_unconfirmed(monkeypatch, capsys):
@@ -261,9 +260,9 @@ def test_a_gated_model_without_a_token_keeps_its_fields_unconfirmed(monkeypatch,
         url = f"https://huggingface.co/{repo}/resolve/{rev}/{name}"
         raise GatedRepoError("401: access to this repo is restricted",
                              response=httpx.Response(401, request=httpx.Request("GET", url)))
-    monkeypatch.setattr(S, "_download_json", gated)
+    monkeypatch.setattr(hub_script, "_download_json", gated)
     old = {"revision": None, "gated": True, "confirmed": False, "model_type": "llama", "config": {"hidden_size": 4096}}
-    entry = S.refresh_model(FakeApi(), "org/llama", old)
+    entry = hub_script.refresh_model(FakeApi(), "org/llama", old)
     assert entry == {**old, "revision": "d" * 40, "licence": "mit",
                      "files": ["config.json", "pytorch_model.bin", "spm.model", "tokenizer_config.json"]}
     assert "org/llama is gated: its files need HF_TOKEN" in capsys.readouterr().out
@@ -273,13 +272,13 @@ def test_a_failed_refresh_keeps_the_old_entry_and_says_so(tmp_path, monkeypatch)
     conf = _conf(tmp_path / "conf", {}, {"m": "name: m\nsource: hub\nhf_id: org/gated\n"})
     out = tmp_path / "manifest.yaml"
     old = {"datasets": {}, "models": {"org/gated": {"revision": None, "confirmed": False}}}
-    S.save(old, out)
+    hub_script.save(old, out)
 
     class Gated(FakeApi):
         def model_info(self, repo_id, files_metadata=False):
             raise PermissionError("401: gated, log in")
     lines = []
-    doc, failed = S.refresh(conf=conf, path=out, api=Gated(), log=lines.append)
+    doc, failed = hub_script.refresh(conf=conf, path=out, api=Gated(), log=lines.append)
     assert failed == ["model org/gated: PermissionError: 401: gated, log in"]
     assert doc["models"]["org/gated"] == {"revision": None, "confirmed": False}
     assert lines == ["scripts.hub: not refreshed, old entry kept: model org/gated: PermissionError: 401: gated, log in"]
@@ -310,17 +309,17 @@ def env(monkeypatch):
 def test_one_switch_sets_models_and_datasets_together(env, given, on):
     for k, v in given.items():
         env.setenv(k, v)
-    assert H.online() is on
+    assert hub.online() is on
     flag = "0" if on else "1"
     assert (os.environ["HF_HUB_OFFLINE"], os.environ["HF_DATASETS_OFFLINE"]) == (flag, flag)
     assert huggingface_hub.constants.HF_HUB_OFFLINE is (not on) and datasets.config.HF_HUB_OFFLINE is (not on)
-    assert H.online() is on  # idempotent: a child process inherits a consistent pair
+    assert hub.online() is on  # idempotent: a child process inherits a consistent pair
 
 
 def test_a_switch_value_that_is_neither_on_nor_off_is_refused(env):
     env.setenv("STRATA_HUB", "maybe")
     with pytest.raises(ValueError, match=r"STRATA_HUB='maybe' is neither on nor off: set STRATA_HUB=1"):
-        H.online()
+        hub.online()
     assert "HF_HUB_OFFLINE" not in os.environ
 
 
@@ -336,27 +335,27 @@ def test_every_printed_hub_instruction_names_the_one_switch():
 
 
 def test_refresh_documents_its_fields():
-    text = S.__doc__ + S.HEADER
+    text = hub_script.__doc__ + hub_script.HEADER
     for word in ("--refresh", "--check", "confirmed", "refs/convert/parquet", "revision"):
         assert word in text
-    assert yaml.safe_load(S.MANIFEST.read_text())["datasets"]
+    assert yaml.safe_load(hub_script.MANIFEST.read_text())["datasets"]
 
 
 def test_a_hub_model_loads_at_its_pinned_revision(monkeypatch):
     """Tokenizer, config and weights are all read at model.revision (the manifest's pin), for encoders and LMs."""
-    import experiments.models as M
+    from experiments import models
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")  # no refusal: the loads below are fakes
     seen = []
 
     def fake(kind, value):
         return lambda path, **kw: seen.append((kind, path, kw.get("revision"))) or value
-    monkeypatch.setattr(M.AutoTokenizer, "from_pretrained", fake("tokenizer", SimpleNamespace(pad_token="<pad>")))
-    monkeypatch.setattr(M.AutoConfig, "from_pretrained", fake("config", SimpleNamespace(model_type="roberta")))
-    monkeypatch.setattr(M.AutoModel, "from_pretrained", fake("weights", "encoder"))
-    monkeypatch.setattr(M.AutoModelForCausalLM, "from_pretrained", fake("lm", SimpleNamespace(eval=lambda: "lm")))
+    monkeypatch.setattr(models.AutoTokenizer, "from_pretrained", fake("tokenizer", SimpleNamespace(pad_token="<pad>")))
+    monkeypatch.setattr(models.AutoConfig, "from_pretrained", fake("config", SimpleNamespace(model_type="roberta")))
+    monkeypatch.setattr(models.AutoModel, "from_pretrained", fake("weights", "encoder"))
+    monkeypatch.setattr(models.AutoModelForCausalLM, "from_pretrained", fake("lm", SimpleNamespace(eval=lambda: "lm")))
     rev = "e" * 40
-    assert M.load_encoder(compose("model=roberta-base", f"model.revision={rev}").model)[1] == "encoder"
-    assert M.load_causal_lm(compose("model=llama-2-7b", f"model.revision={rev}").model)[1] == "lm"
+    assert models.load_encoder(compose("model=roberta-base", f"model.revision={rev}").model)[1] == "encoder"
+    assert models.load_causal_lm(compose("model=llama-2-7b", f"model.revision={rev}").model)[1] == "lm"
     assert seen == [(k, hf, rev) for k, hf in (("tokenizer", "FacebookAI/roberta-base"),
                                                 ("config", "FacebookAI/roberta-base"),
                                                 ("weights", "FacebookAI/roberta-base"),
@@ -366,14 +365,14 @@ def test_a_hub_model_loads_at_its_pinned_revision(monkeypatch):
 
 def test_the_command_exits_non_zero_on_a_problem_or_an_id_not_refreshed(monkeypatch, capsys):
     monkeypatch.setenv("STRATA_HUB", "0")  # --refresh sets it: restored after the test
-    assert S.main(["--check"]) == 0
-    monkeypatch.setattr(S, "refresh", lambda only: (S.load(), ["model org/x: ConnectError: no network"]))
-    monkeypatch.setattr(S, "pin", lambda doc: [])
-    monkeypatch.setattr(H, "online", lambda: True)  # the command turns the hub on; nothing may reach it here
-    assert S.main(["--refresh"]) == 1
+    assert hub_script.main(["--check"]) == 0
+    monkeypatch.setattr(hub_script, "refresh", lambda only: (hub_script.load(), ["model org/x: ConnectError: no network"]))
+    monkeypatch.setattr(hub_script, "pin", lambda doc: [])
+    monkeypatch.setattr(hub, "online", lambda: True)  # the command turns the hub on; nothing may reach it here
+    assert hub_script.main(["--refresh"]) == 1
     assert "1 ids not refreshed" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        S.main(["--refresh", "--only", "org/unknown"])
+        hub_script.main(["--refresh", "--only", "org/unknown"])
     assert "--only org/unknown: no conf/ file names these ids" in capsys.readouterr().err
 
 

@@ -4,9 +4,7 @@ import ast
 
 import pytest
 
-from tests.conftest import REPO
-
-PAPERS = ("recycling", "pema", "intrinsic_dim", "reverse_probing", "layer_fusion", "eat")
+from experiments import REPO, registry
 
 
 def imported_packages(source: str) -> set[str]:
@@ -30,6 +28,6 @@ def test_the_walker_sees_every_form():
 
 @pytest.mark.parametrize("path", sorted((REPO / "experiments").rglob("*.py")), ids=lambda p: p.name)
 def test_shared_module_imports_no_paper(path):
-    bad = imported_packages(path.read_text()) & set(PAPERS)
+    bad = imported_packages(path.read_text()) & set(registry.PACKAGES)
     assert not bad, f"{path.relative_to(REPO)} imports {sorted(bad)}: move the shared need into experiments/ " \
                     "or register it (experiments/registry.py)"

@@ -5,8 +5,8 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.utils import instantiate
 
+from experiments.config import CONF
 from experiments.registry import on_cuda
-from tests.conftest import CONF
 
 KEYS = ("gpus_per_node", "cpus_per_task", "mem_gb")
 

@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from tests.conftest import REPO
+from experiments import REPO
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from experiments import metrics as M
+from experiments import metrics
 from experiments.metrics import (
     HIGHER_IS_BETTER,
     accuracy,
@@ -98,7 +98,7 @@ def test_calibration_bins_known_table():
     # bin 2 (.5, .75]: n 3, acc 1/3, conf (.6+.6+.7)/3 = 19/30; bin 3 (.75, 1]: n 3, acc 1, conf 2.8/3; bins 0-1 empty
     probs = [[0.6, 0.4], [0.4, 0.6], [0.7, 0.3], [0.1, 0.9], [0.9, 0.1], [0.0, 1.0]]
     labels = [0, 0, 1, 1, 0, 1]
-    t = M.calibration_bins(probs, labels, n_bins=4)
+    t = metrics.calibration_bins(probs, labels, n_bins=4)
     assert t["lo"].tolist() == [0, 0.25, 0.5, 0.75] and t["hi"].tolist() == [0.25, 0.5, 0.75, 1.0]
     assert t["count"].tolist() == [0, 0, 3, 3]
     assert np.isnan(t["accuracy"][:2]).all() and np.isnan(t["confidence"][:2]).all()  # empty bins
@@ -109,11 +109,11 @@ def test_calibration_bins_known_table():
 
 def test_ece_edge_confidences_go_to_the_lower_bin_and_one_to_the_last():
     # conf exactly 0.5 with 2 bins belongs to (0, .5]; exactly .25 with 4 bins to (0, .25]; 1.0 to the last bin
-    assert M.calibration_bins([[0.5, 0.5]], [0], n_bins=2)["count"].tolist() == [1, 0]
-    assert M.calibration_bins([[0.25, 0.25, 0.25, 0.25]], [0], n_bins=4)["count"].tolist() == [1, 0, 0, 0]
-    assert M.calibration_bins([[1.0, 0.0]], [0], n_bins=15)["count"].tolist() == [0] * 14 + [1]
+    assert metrics.calibration_bins([[0.5, 0.5]], [0], n_bins=2)["count"].tolist() == [1, 0]
+    assert metrics.calibration_bins([[0.25, 0.25, 0.25, 0.25]], [0], n_bins=4)["count"].tolist() == [1, 0, 0, 0]
+    assert metrics.calibration_bins([[1.0, 0.0]], [0], n_bins=15)["count"].tolist() == [0] * 14 + [1]
     # a hair above the edge moves up one bin
-    assert M.calibration_bins([[0.5 + 1e-12, 0.5 - 1e-12]], [0], n_bins=2)["count"].tolist() == [0, 1]
+    assert metrics.calibration_bins([[0.5 + 1e-12, 0.5 - 1e-12]], [0], n_bins=2)["count"].tolist() == [0, 1]
     # conf .5 (right) alone in bin 0; .6 (right), .6 (wrong), .9 (right) in bin 1:
     # 1/4 * |1 - .5| + 3/4 * |2/3 - .7| = .125 + .025 = .15 (with the .5 in bin 1 it would be |3/4 - .65| = .1)
     probs = [[0.5, 0.5], [0.4, 0.6], [0.6, 0.4], [0.9, 0.1]]
@@ -156,7 +156,7 @@ def test_ece_of_sampled_calibrated_predictions_is_near_zero():
 ])
 def test_ece_bad_input_names_the_problem(probs, labels, n_bins, message):
     with pytest.raises(ValueError) as e:
-        M.calibration_bins(probs, labels, n_bins)
+        metrics.calibration_bins(probs, labels, n_bins)
     assert message in str(e.value)
     with pytest.raises(ValueError):
         ece(probs, labels, n_bins)
@@ -198,7 +198,7 @@ def test_higher_is_better():
     assert higher_is_better("f1") is True
     assert higher_is_better("eval/runtime") is None
     # every key a metric function emits has a declared direction
-    emitted = set(M.CLASSIFICATION_METRICS) | {"token_f1"}
+    emitted = set(metrics.CLASSIFICATION_METRICS) | {"token_f1"}
     emitted |= set(seqeval_f1([["O"]], [["O"]])) | set(squad_em_f1(["a"], [["a"]]))
     assert emitted <= set(HIGHER_IS_BETTER)
 
@@ -285,11 +285,11 @@ def test_f1_binary_is_the_positive_class_f1():
     from sklearn.metrics import f1_score
     labels, preds = [1, 1, 0, 0, 1], [1, 0, 0, 1, 1]
     # class 1: tp 2, fp 1, fn 1 -> P 2/3, R 2/3, F1 2/3 (class 0 would give 1/2; macro 7/12)
-    assert M.f1_binary(preds, labels) == approx(2 / 3) == approx(f1_score(labels, preds))
+    assert metrics.f1_binary(preds, labels) == approx(2 / 3) == approx(f1_score(labels, preds))
     assert f1_macro(preds, labels) == approx(7 / 12)
-    assert M.f1_binary([0, 0], [0, 0]) == 0.0  # no positives anywhere: 0, not a warning
+    assert metrics.f1_binary([0, 0], [0, 0]) == 0.0  # no positives anywhere: 0, not a warning
     with pytest.raises(ValueError, match=r"two-class.*\[2\].*f1_macro"):
-        M.f1_binary([0, 1, 2], [0, 1, 1])
+        metrics.f1_binary([0, 1, 2], [0, 1, 1])
 
 
 def test_token_macro_f1_counts_o_as_a_class():
@@ -297,13 +297,13 @@ def test_token_macro_f1_counts_o_as_a_class():
     gold = [["O", "B-D", "I-D", "O"], ["B-D", "O"]]
     pred = [["O", "B-D", "O", "O"], ["O", "O"]]
     # O: tp 3, pred 5, gold 3 -> F1 3/4; B-D: tp 1, pred 1, gold 2 -> 2/3; I-D: tp 0 -> 0; macro = 17/36
-    assert M.token_macro_f1(pred, gold) == approx(17 / 36)
+    assert metrics.token_macro_f1(pred, gold) == approx(17 / 36)
     flat = lambda tags: [t for s in tags for t in s]  # noqa: E731
-    assert M.token_macro_f1(pred, gold) == approx(f1_score(flat(gold), flat(pred), average="macro"))
+    assert metrics.token_macro_f1(pred, gold) == approx(f1_score(flat(gold), flat(pred), average="macro"))
     assert token_f1(pred, gold) == approx(0.5)  # without O: tp 1, pred 1, gold 3 -> P 1, R 1/3, F1 1/2
     # a tag only predicted (never gold) is a class too: sklearn's union of labels
     noisy = [["O", "B-D", "I-X", "O"], ["B-D", "O"]]
-    assert M.token_macro_f1(noisy, gold) == approx(f1_score(flat(gold), flat(noisy), average="macro"))
+    assert metrics.token_macro_f1(noisy, gold) == approx(f1_score(flat(gold), flat(noisy), average="macro"))
     assert "token_macro_f1" in HIGHER_IS_BETTER and "f1_binary" in HIGHER_IS_BETTER
     with pytest.raises(ValueError, match="sequence 0"):
-        M.token_macro_f1([["O"]], [["O", "O"]])
+        metrics.token_macro_f1([["O"]], [["O", "O"]])

@@ -2,9 +2,9 @@
 import pytest
 import torch
 
+from experiments.config import compose
 from experiments.models import (SequenceHead, SpanHead, TokenHead, build, byte_tokenizer, load_causal_lm,
                                 load_tokenizer, pool, tokenizer_fingerprint, weights_path)
-from tests.conftest import compose
 
 
 def test_byte_tokenizer_roundtrips_any_text_and_marks_pairs():

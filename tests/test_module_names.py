@@ -6,10 +6,9 @@ import ast
 
 import pytest
 
-from tests.conftest import REPO
+from experiments import REPO, registry
 
-PACKAGES = ("experiments", "scripts", "tests", "recycling", "pema", "intrinsic_dim", "reverse_probing", "layer_fusion",
-            "eat")
+PACKAGES = ("experiments", "scripts", "tests", *registry.PACKAGES)
 
 
 def rebound_names(source: str) -> dict[str, list[int]]:

@@ -3,6 +3,8 @@ paper row, a declared twin (labelled) or none."""
 import pytest
 import yaml
 
+from experiments import REPO, registry
+from experiments.config import CONF
 from experiments.evidence.paper_values import PaperValuesError, load, paper_values, parse
 
 DOC = """
@@ -113,11 +115,27 @@ def test_pema_table10_rows_follow_the_model_and_score_qqp_by_f1():
     assert pv.lookup("minilm-l6", "rt-polarity", None, "reduction/model_pct", task_for="sst2") is None
 
 
-def test_every_package_file_is_valid_and_keeps_its_numbers():
-    from tests.conftest import REPO
-    files = sorted(p.parent.name for p in REPO.glob("*/paper_values.yaml"))
-    assert {"recycling", "pema", "intrinsic_dim"} <= set(files)
-    sizes = {p: len(paper_values(p).cells) for p in files}
+WITH_VALUES = [p for p in registry.PAPERS if (REPO / p / "paper_values.yaml").exists()]
+
+
+def test_every_paper_package_has_its_paper_values():
+    assert set(registry.PACKAGES) <= set(WITH_VALUES)
+
+
+@pytest.mark.parametrize("paper", WITH_VALUES)
+def test_every_papers_file_is_valid_and_maps_our_configs(paper):
+    """The file validates, holds numbers, and what it maps from is one of our model and task configs (a renamed
+    config would leave its runs without their paper row)."""
+    pv = paper_values(paper)
+    assert pv.cells, f"{paper}/paper_values.yaml holds no number"
+    for kind, group in (("models", "model"), ("tasks", "task")):
+        ours = set(getattr(pv, kind)) | set(pv.twins[kind])
+        missing = sorted(n for n in ours if not (CONF / group / f"{n}.yaml").exists())
+        assert not missing, f"{paper}/paper_values.yaml maps {kind} {missing}, which are not conf/{group}/ configs"
+
+
+def test_the_package_files_keep_their_numbers():
+    sizes = {p: len(paper_values(p).cells) for p in WITH_VALUES}
     assert sizes["intrinsic_dim"] == 48 and sizes["pema"] > 500 and sizes["recycling"] > 500
     assert paper_values("intrinsic_dim").lookup("smollm2-135m", "rt-polarity", "sft", "accuracy",
                                                 task_for="sst2") == 94.4

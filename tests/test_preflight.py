@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from experiments import REPO
 from scripts import preflight
 from scripts.preflight import Experiment, Job
-from tests.conftest import REPO
 
 BERT_BASE = {"model_type": "bert", "torch_dtype": "float32",
              "config": {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,

@@ -5,7 +5,7 @@ import logging
 import pytest
 import torch
 
-import experiments.progress as P
+from experiments import progress
 from experiments.progress import Progress
 
 
@@ -20,8 +20,8 @@ class Clock:
 @pytest.fixture
 def clock(monkeypatch):
     c = Clock()
-    monkeypatch.setattr(P, "clock", c)
-    monkeypatch.setattr(P.sys.stderr, "isatty", lambda: False)
+    monkeypatch.setattr(progress, "clock", c)
+    monkeypatch.setattr(progress.sys.stderr, "isatty", lambda: False)
     return c
 
 
@@ -44,17 +44,17 @@ def test_a_pipe_gets_a_line_every_interval_with_count_share_and_rate_then_a_done
 def test_short_work_and_disabled_progress_say_nothing(clock, caplog):
     with caplog.at_level(logging.INFO, logger="experiments.progress"):
         with Progress(1000, "tokenize x", unit="ex") as bar:
-            clock.t += P.INTERVAL_S - 1
+            clock.t += progress.INTERVAL_S - 1
             bar.update(1000)
         with Progress(10, "train", enabled=False) as bar:
-            clock.t += 10 * P.INTERVAL_S
+            clock.t += 10 * progress.INTERVAL_S
             bar.update(10)
     assert lines(caplog) == []
 
 
 def test_a_terminal_gets_a_tqdm_bar_and_no_lines(monkeypatch, caplog):
-    monkeypatch.setattr(P.sys.stderr, "isatty", lambda: True)
-    monkeypatch.setattr(P, "INTERVAL_S", 0.0)
+    monkeypatch.setattr(progress.sys.stderr, "isatty", lambda: True)
+    monkeypatch.setattr(progress, "INTERVAL_S", 0.0)
     with caplog.at_level(logging.INFO, logger="experiments.progress"):
         bar = Progress(5, "train", delay_s=0)
         bar.update(5, loss=torch.tensor(1.5))
@@ -67,10 +67,10 @@ def test_tokenisation_evaluation_and_the_store_report_long_work(monkeypatch, cap
     from experiments.evaluate import evaluate
     from experiments.recipe import prepare
     from experiments.store import ActivationStore
-    from tests.conftest import compose
+    from experiments.config import compose
 
-    monkeypatch.setattr(P.sys.stderr, "isatty", lambda: False)
-    monkeypatch.setattr(P, "INTERVAL_S", 0.0)  # every update is "long": each reports
+    monkeypatch.setattr(progress.sys.stderr, "isatty", lambda: False)
+    monkeypatch.setattr(progress, "INTERVAL_S", 0.0)  # every update is "long": each reports
     cfg = compose("debug=smoke", "task=wnut16")
     with caplog.at_level(logging.INFO, logger="experiments.progress"):
         tok, model, splits = prepare(cfg)
@@ -89,12 +89,12 @@ def test_tokenisation_evaluation_and_the_store_report_long_work(monkeypatch, cap
 def test_a_split_encodes_to_the_same_dataset_fingerprint_every_time():
     """datasets names (and caches) a map's output by a hash of its function, which updates a live bar: a bar that
     hashed differently each time would give a random name and a new cache file per run."""
-    from experiments import data as D
+    from experiments import data
     from experiments.models import build
-    from tests.conftest import compose
+    from experiments.config import compose
 
     cfg = compose("debug=smoke", "task=wnut16")
     tok, _ = build(cfg.model, cfg.task)
-    raw = D.load_splits(cfg.task, cfg.data)
-    first, again = (D.encode(raw["train"], tok, cfg.task, 64, train=True) for _ in range(2))
+    raw = data.load_splits(cfg.task, cfg.data)
+    first, again = (data.encode(raw["train"], tok, cfg.task, 64, train=True) for _ in range(2))
     assert first._fingerprint == again._fingerprint and first["input_ids"] == again["input_ids"]

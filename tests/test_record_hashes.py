@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from experiments.config import compose
 from experiments.results import REPO, config_hash, outdated_reason
-from tests.conftest import compose
 
 PAPERS = sorted(p.parent.name for p in (REPO / "results").glob("*/runs"))
 PER_PAPER = 4

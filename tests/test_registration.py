@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments.evidence import registration as R
+from experiments.evidence import registration
 
 CLAIMS = """\
 # a hand-written registry: these comments must survive --write
@@ -74,9 +74,9 @@ def repo(tmp_path):
     r = tmp_path / "repo"
     r.mkdir()
     git(r, "init", "-q")
-    R.clear_caches()
+    registration.clear_caches()
     yield r
-    R.clear_caches()
+    registration.clear_caches()
 
 
 def test_digest_ignores_wording_and_registered_but_not_the_definition():
@@ -84,78 +84,78 @@ def test_digest_ignores_wording_and_registered_but_not_the_definition():
             "needs_signal": False}
     same = {**base, "claim": "two", "kind": "target", "registered": "abc", "evidence": ["t.md"],
             "paper": {"where": "T"}, "compare": [{"label": "other", "test": {"target": 1, "kind": "exact"}}]}
-    assert R.definition_digest(base) == R.definition_digest(same)
-    assert R.definition_digest(base) != R.definition_digest({**base, "needs_signal": True})
-    assert R.definition_digest(base) != R.definition_digest({**base, "exact": "deterministic"})
-    assert R.definition_digest(base) != R.definition_digest({**base, "compare": {"test": {"kind": "exact",
+    assert registration.definition_digest(base) == registration.definition_digest(same)
+    assert registration.definition_digest(base) != registration.definition_digest({**base, "needs_signal": True})
+    assert registration.definition_digest(base) != registration.definition_digest({**base, "exact": "deterministic"})
+    assert registration.definition_digest(base) != registration.definition_digest({**base, "compare": {"test": {"kind": "exact",
                                                                                         "target": 2.0}}})
 
 
 def test_registered_at_skips_wording_edits_and_moves_with_the_definition(repo):
     first = commit(repo, "claims", write(repo, CLAIMS))
-    assert R.registered_at("p", "c1", repo) == first
+    assert registration.registered_at("p", "c1", repo) == first
     # wording, a comment, a label and a `kind:` line: the definition stays, so does its registration
     edited = CLAIMS.replace('"A beats B."', '"A beats B by a point."').replace("label: a vs b", "label: A vs B")
     edited = edited.replace("kind: paper", "kind: target  # ours", 1).replace("# the second", "# the 2nd")
     wording = commit(repo, "wording", write(repo, edited))
     assert wording != first
-    assert R.registered_at("p", "c1", repo) == first
-    assert R.registered_at("p", "c2", repo) == first
+    assert registration.registered_at("p", "c1", repo) == first
+    assert registration.registered_at("p", "c2", repo) == first
     # a threshold is a definition: c1 moves to its commit, c2 stays
     moved = commit(repo, "threshold", write(repo, edited.replace("at_least: 1.0", "at_least: 2.0")))
-    assert R.registered_at("p", "c1", repo) == moved
-    assert R.registered_at("p", "c2", repo) == first
+    assert registration.registered_at("p", "c1", repo) == moved
+    assert registration.registered_at("p", "c2", repo) == first
     # back to the old threshold: registered at the commit that restored it, not at the first
     back = commit(repo, "threshold back", write(repo, edited))
-    assert R.registered_at("p", "c1", repo) == back
+    assert registration.registered_at("p", "c1", repo) == back
     # an uncommitted definition has no registration yet; a new claim neither
     write(repo, edited.replace('sign: "+"', 'sign: "-"'))
-    assert R.registered_at("p", "c2", repo) is None
-    assert R.registered_at("p", "c1", repo) == back
-    assert R.registrations("p", repo, working=False)["c2"] == first  # HEAD's definitions
+    assert registration.registered_at("p", "c2", repo) is None
+    assert registration.registered_at("p", "c1", repo) == back
+    assert registration.registrations("p", repo, working=False)["c2"] == first  # HEAD's definitions
 
 
 def test_write_refuses_a_dirty_file_and_keeps_comments(repo, capsys):
     rel = write(repo, CLAIMS)
-    assert R.main(["--write", "p"], repo=repo) == 2  # never committed
+    assert registration.main(["--write", "p"], repo=repo) == 2  # never committed
     first = commit(repo, "claims", rel)
     write(repo, CLAIMS + "\n# an uncommitted edit\n")
-    assert R.main(["--write", "p"], repo=repo) == 2
+    assert registration.main(["--write", "p"], repo=repo) == 2
     err = capsys.readouterr().err
     assert "p/claims.yaml" in err and "commit" in err
     assert "registered:" not in (repo / rel).read_text()
 
     write(repo, CLAIMS)
-    assert R.main(["p"], repo=repo) == 1  # nothing stored yet
-    assert R.main(["--write", "p"], repo=repo) == 0
+    assert registration.main(["p"], repo=repo) == 1  # nothing stored yet
+    assert registration.main(["--write", "p"], repo=repo) == 0
     text = (repo / rel).read_text()
-    assert f"  - id: c1\n    kind: paper\n    registered: {first[:R.SHORT]}\n    claim:" in text
-    assert f"  - id: c2\n    kind: paper\n    registered: {first[:R.SHORT]}\n" in text
+    assert f"  - id: c1\n    kind: paper\n    registered: {first[:registration.SHORT]}\n    claim:" in text
+    assert f"  - id: c2\n    kind: paper\n    registered: {first[:registration.SHORT]}\n" in text
     assert "\n".join(s for s in text.splitlines() if "registered:" not in s) + "\n" == CLAIMS  # only lines added
-    assert R.main(["p"], repo=repo) == 0
+    assert registration.main(["p"], repo=repo) == 0
     commit(repo, "register", rel)  # only `registered:` changed: the registration stays
-    assert R.registered_at("p", "c1", repo) == first
-    assert R.main(["p"], repo=repo) == 0
+    assert registration.registered_at("p", "c1", repo) == first
+    assert registration.main(["p"], repo=repo) == 0
 
     commit(repo, "threshold, not re-registered", write(repo, text.replace("at_least: 1.0", "at_least: 0.5")))
     capsys.readouterr()
-    assert R.main(["p"], repo=repo) == 1
+    assert registration.main(["p"], repo=repo) == 1
     out = capsys.readouterr().out
     assert "p/c1:" in out and "differs" in out
-    assert R.main(["--write", "p"], repo=repo) == 0  # replaces the stale line, adds none
+    assert registration.main(["--write", "p"], repo=repo) == 0  # replaces the stale line, adds none
     new = (repo / rel).read_text()
-    assert new.count("registered:") == 2 and new.count(first[:R.SHORT]) == 1
+    assert new.count("registered:") == 2 and new.count(first[:registration.SHORT]) == 1
 
 
 def test_write_after_kind_and_replaces_a_stale_line():
     stale = "  - id: c1\n    registered: 0000000  # old\n    kind: paper\n"
     text = CLAIMS.replace("  - id: c1\n    kind: paper\n", stale)
     text = text.replace("  - id: c2\n    kind: paper\n    claim:", "  - kind: paper\n    id: c2\n    claim:")
-    new = R.write_registered(text, {"c1": "123456789012", "c2": "abcdefabcdef"})
+    new = registration.write_registered(text, {"c1": "123456789012", "c2": "abcdefabcdef"})
     assert '  - id: c1\n    kind: paper\n    registered: "123456789012"\n    claim:' in new  # quoted: not a number
     assert "0000000" not in new and "  - kind: paper\n    id: c2\n    registered: abcdefabcdef\n" in new
-    with pytest.raises(R.RegistrationError, match="no `id:` line"):
-        R.write_registered(CLAIMS, {"c3": "abcdefabcdef"})
+    with pytest.raises(registration.RegistrationError, match="no `id:` line"):
+        registration.write_registered(CLAIMS, {"c3": "abcdefabcdef"})
 
 
 def test_check_same_commit_flags_a_threshold_committed_with_its_records(repo):
@@ -163,15 +163,15 @@ def test_check_same_commit_flags_a_threshold_committed_with_its_records(repo):
     base = commit(repo, "claims", rel)
     record(repo, "b0", "b", base)
     commit(repo, "b arm", "results")
-    assert R.check_same_commit("p", repo) == []
+    assert registration.check_same_commit("p", repo) == []
     together = commit(repo, "threshold and the a record together",
                       write(repo, CLAIMS.replace("at_least: 1.0", "at_least: 0.1")), record(repo, "a0", "a", base))
-    problems = R.check_same_commit("p", repo, repo / "results")
-    assert len(problems) == 1 and problems[0].startswith(f"p/c1: registered in {together[:R.SHORT]}")
+    problems = registration.check_same_commit("p", repo, repo / "results")
+    assert len(problems) == 1 and problems[0].startswith(f"p/c1: registered in {together[:registration.SHORT]}")
     assert "results/p/runs/art/cpu/a0.json" in problems[0]
     # c2 rests on the same record but was registered before it: not flagged; c1 apart from its records passes
     commit(repo, "threshold alone", write(repo, CLAIMS.replace("at_least: 1.0", "at_least: 0.2")))
-    assert R.check_same_commit("p", repo) == []
+    assert registration.check_same_commit("p", repo) == []
 
 
 def test_post_hoc_names_records_made_before_the_registration(repo):
@@ -181,15 +181,15 @@ def test_post_hoc_names_records_made_before_the_registration(repo):
 
     def at(*shas):
         return [{"provenance": {"git_sha": s}} for s in shas]
-    assert R.post_hoc(at(reg, later, reg), reg, repo) is None
-    assert R.post_hoc(at(reg[:12]), reg[:12], repo) is None  # abbreviated shas
-    assert R.post_hoc([], reg, repo) is None
-    why = R.post_hoc(at(older, later, older), reg[:R.SHORT], repo)
-    assert why == f"2 of 3 records predate the claim's registration ({reg[:R.SHORT]})"
-    unknown = R.post_hoc(at("f" * 40, reg, None), reg, repo)
+    assert registration.post_hoc(at(reg, later, reg), reg, repo) is None
+    assert registration.post_hoc(at(reg[:12]), reg[:12], repo) is None  # abbreviated shas
+    assert registration.post_hoc([], reg, repo) is None
+    why = registration.post_hoc(at(older, later, older), reg[:registration.SHORT], repo)
+    assert why == f"2 of 3 records predate the claim's registration ({reg[:registration.SHORT]})"
+    unknown = registration.post_hoc(at("f" * 40, reg, None), reg, repo)
     assert unknown.startswith("2 of 3 records at an unknown commit")
-    assert "unknown commit" in R.post_hoc(at(reg), "f" * 40, repo)
-    assert "not committed" in R.post_hoc(at(reg), None, repo)
+    assert "unknown commit" in registration.post_hoc(at(reg), "f" * 40, repo)
+    assert "not committed" in registration.post_hoc(at(reg), None, repo)
 
 
 def test_no_history_no_verdict(repo, tmp_path):
@@ -201,20 +201,20 @@ def test_no_history_no_verdict(repo, tmp_path):
     (plain / "p").mkdir(parents=True)
     (plain / "p" / "claims.yaml").write_text(CLAIMS)
     for where in (shallow, plain):
-        assert not R.history_available(where)
-        assert R.post_hoc([{"provenance": {"git_sha": "0" * 40}}], reg, where) is None
-        assert R.registered_at("p", "c1", where) is None
-        assert R.main(["p"], repo=where) == 0  # says 'registration not checked'
-    assert R.history_available(repo)
+        assert not registration.history_available(where)
+        assert registration.post_hoc([{"provenance": {"git_sha": "0" * 40}}], reg, where) is None
+        assert registration.registered_at("p", "c1", where) is None
+        assert registration.main(["p"], repo=where) == 0  # says 'registration not checked'
+    assert registration.history_available(repo)
 
 
 def test_every_papers_claims_history_can_be_walked():
-    if not R.history_available(R.REPO):
+    if not registration.history_available(registration.REPO):
         pytest.skip("this checkout is shallow or has no git history")
-    papers = R.papers_in()
+    papers = registration.papers_in()
     assert len(papers) >= 6
     for paper in papers:
-        regs = R.registrations(paper, working=False)  # HEAD's definitions: working edits are not committed yet
+        regs = registration.registrations(paper, working=False)  # HEAD's definitions: working edits are not committed yet
         assert regs, paper
         assert None not in regs.values(), (paper, [c for c, r in regs.items() if r is None])
 
@@ -222,8 +222,8 @@ def test_every_papers_claims_history_can_be_walked():
 def test_every_claim_is_registered_at_the_commit_that_set_its_definition_apart_from_its_records():
     """A threshold or metric changed together with the records it rests on fails here, as does a definition edited
     after its registration (commit it, then `python -m experiments.evidence.registration --write`)."""
-    if not R.history_available(R.REPO):
+    if not registration.history_available(registration.REPO):
         pytest.skip("this checkout is shallow or has no git history")
-    assert R.main([]) == 0
-    for paper in R.papers_in():
-        assert R.check_same_commit(paper) == [], paper
+    assert registration.main([]) == 0
+    for paper in registration.papers_in():
+        assert registration.check_same_commit(paper) == [], paper

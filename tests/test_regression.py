@@ -9,11 +9,10 @@ import pytest
 import torch
 from scipy import stats
 
-from experiments import data as D
-from experiments import metrics as M
+from experiments import data, metrics
+from experiments.config import compose
 from experiments.evaluate import _classification
 from experiments.models import ScoreHead, SequenceHead, byte_tokenizer, make_head
-from tests.conftest import compose
 
 RNG = np.random.default_rng(0)
 # ties on both sides, integer labels, all-tied blocks, a reversed order, float32 predictions, huge offsets
@@ -51,24 +50,24 @@ def average_ranks(v):
 
 @pytest.mark.parametrize("preds,labels", ADVERSARIAL)
 def test_pearson_and_spearman_agree_with_scipy_and_their_definitions(preds, labels):
-    assert M.pearson(preds, labels) == pytest.approx(stats.pearsonr(np.asarray(preds, float),
+    assert metrics.pearson(preds, labels) == pytest.approx(stats.pearsonr(np.asarray(preds, float),
                                                                     np.asarray(labels, float)).statistic, abs=1e-12)
-    assert M.spearman(preds, labels) == pytest.approx(stats.spearmanr(preds, labels).statistic, abs=1e-12)
-    assert M.pearson(preds, labels) == pytest.approx(by_definition(preds, labels), abs=1e-9)
-    assert M.spearman(preds, labels) == pytest.approx(by_definition(average_ranks(preds), average_ranks(labels)),
+    assert metrics.spearman(preds, labels) == pytest.approx(stats.spearmanr(preds, labels).statistic, abs=1e-12)
+    assert metrics.pearson(preds, labels) == pytest.approx(by_definition(preds, labels), abs=1e-9)
+    assert metrics.spearman(preds, labels) == pytest.approx(by_definition(average_ranks(preds), average_ranks(labels)),
                                                       abs=1e-12)
 
 
 def test_a_constant_side_has_no_correlation():
     with pytest.warns(stats.ConstantInputWarning):
-        assert math.isnan(M.spearman([1.0, 1.0, 1.0], [1.0, 2.0, 3.0]))
+        assert math.isnan(metrics.spearman([1.0, 1.0, 1.0], [1.0, 2.0, 3.0]))
     with pytest.raises(ValueError, match="differ in length"):
-        M.spearman([1.0, 2.0], [1.0, 2.0, 3.0])
+        metrics.spearman([1.0, 2.0], [1.0, 2.0, 3.0])
 
 
 def test_stsb_is_the_one_regression_task():
-    assert D.is_regression(compose("task=stsb").task)
-    assert not D.is_regression(compose("task=rte").task) and not D.is_regression(compose("task=wnut16").task)
+    assert data.is_regression(compose("task=stsb").task)
+    assert not data.is_regression(compose("task=rte").task) and not data.is_regression(compose("task=wnut16").task)
     task = compose("task=stsb").task
     assert task.objective == "eval/spearman" and list(task.metrics) == ["pearson", "spearman"]
 
@@ -76,18 +75,18 @@ def test_stsb_is_the_one_regression_task():
 def test_labels_are_checked_for_their_kind():
     stsb, rte = compose("task=stsb").task, compose("task=rte").task
     ds = lambda labels: datasets.DatasetDict({"train": datasets.Dataset.from_dict({"label": labels})})  # noqa: E731
-    D.check_labels(stsb, ds([0.5, 4, 3.8]))
-    D.check_labels(rte, ds([0.0, 1.0]))  # whole-number floats are class ids still
+    data.check_labels(stsb, ds([0.5, 4, 3.8]))
+    data.check_labels(rte, ds([0.0, 1.0]))  # whole-number floats are class ids still
     with pytest.raises(ValueError, match=r"task stsb lists no task.label_names, so it is a regression.*'low'"):
-        D.check_labels(stsb, ds(["low", "high"]))
+        data.check_labels(stsb, ds(["low", "high"]))
     with pytest.raises(ValueError, match=r"task rte has label 0.5, not a class id.*lists no label_names"):
-        D.check_labels(rte, ds([0.5, 1.0]))
+        data.check_labels(rte, ds([0.5, 1.0]))
 
 
 def test_regression_labels_encode_as_floats():
     task = compose("task=stsb").task
     rows = datasets.Dataset.from_dict({"sentence1": ["a", "b"], "sentence2": ["c", "d"], "label": [4, 2]})
-    enc = D.encode(rows, byte_tokenizer(), task, 16, train=True)
+    enc = data.encode(rows, byte_tokenizer(), task, 16, train=True)
     assert enc["labels"] == [4.0, 2.0] and all(isinstance(y, float) for y in enc["labels"])
 
 

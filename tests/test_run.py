@@ -8,11 +8,10 @@ import time
 
 import pytest
 
-from experiments import registry
+from experiments import REPO, registry
 from experiments.assets import MissingAssetError
-from experiments.config import ConfigError
+from experiments.config import ConfigError, compose
 from experiments.run import execute
-from tests.conftest import REPO, compose
 
 TASK_METRICS = {"rt-polarity": "eval/accuracy", "vitaminc": "eval/f1_macro", "wnut16": "eval/entity_f1",
                 "squad-dev": "eval/f1"}

@@ -2,8 +2,8 @@
 single run's numbers can be told from a tier's."""
 import logging
 
+from experiments.config import compose
 from experiments.run import execute, settings_line
-from tests.conftest import compose
 
 
 def test_a_single_run_names_its_budget_file_and_the_values_it_sets():

@@ -8,10 +8,10 @@ import shutil
 from huggingface_hub import constants
 
 from experiments import assets, registry
+from experiments.config import compose
 from experiments.models import weights_path
 from experiments.provenance import recording
 from experiments.run import execute
-from tests.conftest import compose
 
 
 def counting(monkeypatch) -> list[str]:

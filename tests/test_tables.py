@@ -108,7 +108,6 @@ def test_caps_state_the_dev_split_and_the_early_stopping():
 
 
 def test_a_one_seed_summary_shows_its_example_ci_instead_of_a_zero_sd():
-    from experiments.evidence.tables import summary
     assert str(summary([80.871], ci=(78.7, 82.96))) == "80.87 [78.70, 82.96] (n=1, 95% CI over examples)"
     assert str(summary([1.0, 3.0], ci=(0.0, 4.0))).startswith("2.00 ± 1.41 (n=2)")  # seeds: the sd, not the CI
 

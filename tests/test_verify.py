@@ -5,10 +5,10 @@ import math
 
 import pytest
 
+from experiments.config import compose
 from experiments.results import config_hash
 from experiments.run import execute
 from scripts import verify
-from tests.conftest import compose
 
 
 @pytest.mark.parametrize("key", ["time/train_s", "speedup/NR_vs_R_pct", "long/latency/dense_p50_ms", "mem/peak_full_mb",

@@ -11,12 +11,13 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from experiments import REPO
 from experiments.assets import MANIFEST, require
+from experiments.config import compose
 from experiments.data import load_splits
 from experiments.run import execute
 from scripts.datasets_to_jsonl import (WINOGRANDE_MEMBERS, DataCheckError, bucket, build_winogrande,
                                        winogrande_group, winogrande_rows, winogrande_splits)
-from tests.conftest import REPO, compose
 
 
 def object_target(s1: str, a1: str, s2: str, a2: str) -> str:
