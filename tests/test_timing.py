@@ -57,13 +57,14 @@ def test_step_timer_with_injected_clock():
     assert len(timer) == 0
 
 
-def test_device_name_cpu():
-    name = device_name("cpu")
-    n = torch.get_num_threads()
-    assert name.startswith("cpu: ") and name.endswith(f", {n} thread{'' if n == 1 else 's'}")
-    before = n
+@pytest.mark.parametrize("threads", [1, 2])
+def test_device_name_cpu_names_the_processor_and_the_thread_count_in_use(threads):
+    before = torch.get_num_threads()
     try:
-        torch.set_num_threads(1)
-        assert device_name("cpu").endswith(", 1 thread")  # not "1 threads"
+        torch.set_num_threads(threads)
+        name = device_name("cpu")
+        assert device_name(torch.device("cpu")) == name
     finally:
         torch.set_num_threads(before)
+    suffix = ", 1 thread" if threads == 1 else f", {threads} threads"  # not "1 threads"
+    assert name.startswith("cpu: ") and name.endswith(suffix) and name[len("cpu: "):-len(suffix)].strip()
