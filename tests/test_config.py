@@ -63,7 +63,7 @@ def test_max_grad_norm_zero_means_no_clipping(monkeypatch):
     import torch
 
     from experiments.train import fit
-    from tests.test_train import Linear, accuracy, batches, cfg, data
+    from tests.helpers.toy_fit import Linear, accuracy, batches, cfg, data
     clipped = []
     monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", lambda params, norm: clipped.append(norm))
     x, y = data()
