@@ -3,13 +3,13 @@
 rest (AdamW without weight decay, linear warmup then linear decay, gradient clipping at 1.0), and a callback after
 every epoch, where the caller measures accuracy and ID on a checkpoint. Plain torch + peft; no I/O.
 
-Why a loop of its own beside `experiments.train.fit`: fit trains on `model(**batch).loss` and keeps the weights that
-score best on an objective it evaluates; this loop can train on the label tokens alone, projecting onto the
-vocabulary only at those positions (`completion_loss`: a 262k-row lm_head over every position would dominate), and
-keeps every epoch's weights, handing each to the caller in eval mode (`on_epoch`, outside the training time) to be
-measured and cached, with no selection and no early stopping. Its schedule is the HF Trainer's the paper's code ran,
-not the suite's: warmup steps rounded up and a first step at lr 0 (`linear_schedule(hf=True)`), with torch's
-default (unfused) AdamW over the adapters alone."""
+Why a loop of its own beside `experiments.train.fit` (which could take this optimizer and the HF schedule, warmup
+rounded up and a first step at lr 0, as an `Optimization`): fit trains on `model(**batch).loss` and keeps the
+weights that score best on an objective it evaluates; this loop can train on the label tokens alone, projecting onto
+the vocabulary only at those positions (`completion_loss`: a 262k-row lm_head over every position would dominate),
+and it keeps every epoch's weights, handing each to the caller in eval mode and outside the training time
+(`on_epoch`) to be measured and cached, with no selection and no early stopping. The optimizer step is fit's own
+(`experiments.train.optimizer_step`)."""
 from __future__ import annotations
 
 import math
@@ -21,7 +21,7 @@ from torch import nn
 from experiments.data import epoch_order
 from experiments.optim import adamw, linear_schedule, warmup_steps
 from experiments.timing import StepTimer
-from experiments.train import TrainLog
+from experiments.train import TrainLog, optimizer_step
 from intrinsic_dim.extract import backbone, head
 
 
@@ -134,6 +134,7 @@ def train(model: nn.Module, texts_ids: Sequence[list[int]], *, epochs: int, lr: 
     total = n_batches * epochs
     opt = adamw(model, lr, weight_decay=0.0)  # HF Trainer: torch's default AdamW, no decay [C]
     sched = linear_schedule(opt, warmup_steps(warmup_ratio, total, hf=True), total, hf=True)
+    scaler = torch.amp.GradScaler(device.type, enabled=False)  # fp32 or bf16: no loss scaling, every step updates
     timer = StepTimer(device)
     curve = TrainLog(log_metrics, total)
     set_checkpointing(model, gradient_checkpointing)
@@ -150,8 +151,8 @@ def train(model: nn.Module, texts_ids: Sequence[list[int]], *, epochs: int, lr: 
                     loss.backward()
                     if max_grad_norm:
                         torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
-                    opt.step()
-                    sched.step()
+                    if optimizer_step([opt], scaler):
+                        sched.step()
                     opt.zero_grad(set_to_none=True)
                 step += 1
                 loss_v = float(loss.detach())

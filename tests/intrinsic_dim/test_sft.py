@@ -110,3 +110,21 @@ def test_train_runs_bf16_with_checkpointing_and_leaves_it_off(lm_tok):
     with pytest.raises(ValueError, match="method.sft_precision"):
         sft.train(model, texts, epochs=1, lr=1e-3, batch_size=2, warmup_ratio=0.0, seed=0,
                   device=torch.device("cpu"), pad_id=tok.pad_token_id, precision="fp16")
+
+
+def test_train_steps_through_the_shared_optimizer_step(lm_tok, monkeypatch):
+    import copy
+
+    from experiments import train as shared
+    lm, tok = lm_tok
+    texts, _ = _data(tok)
+    calls = []
+
+    def counted(optimizers, scaler):
+        calls.append(scaler.is_enabled())
+        return shared.optimizer_step(optimizers, scaler)
+    monkeypatch.setattr(sft, "optimizer_step", counted)
+    model = sft.add_lora(copy.deepcopy(lm), r=4, alpha=8, dropout=0.0, targets=["q_proj", "v_proj"])
+    out = sft.train(model, texts, epochs=2, lr=1e-3, batch_size=2, warmup_ratio=0.0, seed=0,
+                    device=torch.device("cpu"), pad_id=tok.pad_token_id)
+    assert out["steps"] == 4 and calls == [False] * 4  # every step, no loss scaling (fp32)
