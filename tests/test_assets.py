@@ -76,7 +76,8 @@ def test_unchanged_files_are_not_rehashed(tmp_path, monkeypatch):
 
 
 def test_same_size_weights_change_is_refused_by_require(tmp_path, monkeypatch):
-    """A same-size change of model.safetensors used to pass the run-time size check and serve stale states."""
+    """A change of model.safetensors that keeps its size passes the run-time size check: require refuses it by its
+    hash, so stale states are never served."""
     monkeypatch.setenv("STRATA_CACHE", str(tmp_path))
     d = tmp_path / "models" / "m"
     d.mkdir(parents=True)

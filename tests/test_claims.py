@@ -509,7 +509,8 @@ def test_real_claims_files_validate_against_the_committed_records(paper):
 
 def test_a_run_published_by_two_experiments_is_found_by_either_experiments_selector():
     """The same computation (one config hash) in two experiments: a selector on exp_id finds its own experiment's copy,
-    whichever copy is newer (a global dedupe kept only the newest and left the other experiment's claims empty)."""
+    whichever copy is newer (a global dedupe would keep only the newest and leave the other experiment's claims
+    empty)."""
     a, b = rec("sft", acc=0.9), rec("icl", acc=0.6)
     later = dict(a, exp_id="p/other", provenance={**a["provenance"], "created_at": "2026-02-01T00:00:00"})
     for r in (a, b):

@@ -8,7 +8,7 @@ from experiments import registry
 from experiments.config import ConfigError, compose, validate
 from experiments.run import execute, num_threads
 
-BAD = [  # (override, what the message must name); each of these used to hang, crash late or be ignored
+BAD = [  # (override, what the message must name); unrefused, each would hang, crash late or be ignored
     ("data.limit_train=0", "data.limit_train=0"),
     ("data.limit_train=-5", "data.limit_train=-5"),
     ("data.limit_eval=0", "data.limit_eval=0"),

@@ -1,5 +1,5 @@
 """The Makefile: `make setup` reinstalls only when pyproject.toml's content changes (a fresh clone's files all have
-new mtimes, which used to reinstall into an existing venv every time), and `make help` lists every target."""
+new mtimes: a rule on mtimes would reinstall into an existing venv every time), and `make help` lists every target."""
 import hashlib
 import os
 import subprocess

@@ -279,7 +279,7 @@ def test_squad_rejects_bare_string_reference():
         squad_em_f1(["cat"], ["cat"])
 
 
-# ---------------------------------------------------------------- paper-specific scores (issue 10 item 4)
+# ---------------------------------------------------------------- paper-specific scores
 
 def test_f1_binary_is_the_positive_class_f1():
     from sklearn.metrics import f1_score

@@ -1,7 +1,7 @@
-"""No module binds one top-level name twice. A second `WORD = ...` added at the bottom of scripts/datasets_to_jsonl.py
-silently replaced the language filter's regex above it, and `make assets` then rejected wiki-long on a fresh machine
-while every warm cache kept passing. Rebinding in a function, a branch or a `try` is left alone: only the module's
-own straight-line statements count."""
+"""No module binds one top-level name twice: the later binding silently replaces the earlier one for every function
+that reads it (a second `WORD = ...` at the bottom of scripts/datasets_to_jsonl.py would replace the language filter's
+regex, and only a fresh `make assets` would notice, as every warm cache keeps passing). Rebinding in a function, a
+branch or a `try` is left alone: only the module's own straight-line statements count."""
 import ast
 
 import pytest

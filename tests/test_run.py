@@ -296,7 +296,8 @@ def test_submitit_local_sweep_finds_both_records_and_its_summary(tmp_path):
 
 @pytest.mark.slow
 def test_a_hub_name_fails_fast_offline_and_names_the_switch(tmp_path):
-    """Outside make (no HF_*_OFFLINE in the environment) a hub model used to retry the network for 30-50 s."""
+    """Outside make (no HF_*_OFFLINE in the environment) an uncached hub model fails at once, naming the switch,
+    instead of retrying the network for 30-50 s."""
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "STRATA_HUB")}
     env["HF_HOME"] = str(tmp_path / "hf")  # an empty local cache: the model can only come from the hub
     proc = subprocess.run([sys.executable, "-m", "experiments.run", "model=bert-base-uncased", "task=rt-polarity",
