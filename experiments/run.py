@@ -60,9 +60,10 @@ def seed_everything(seed: int) -> None:
 
 
 def check(cfg: DictConfig, dirty: bool) -> None:
-    """Refusals before any work: the schema's ranges and unknown keys, options the method does not apply, and a
-    publish that would not point at committed code."""
+    """Refusals before any work: the schema's ranges and unknown keys, the method's own (Method.check), options the
+    method does not apply, and a publish that would not point at committed code."""
     validate(cfg)
+    registry.check(cfg)
     method = registry.METHODS.get(cfg.method.name)
     for option in hooks.enabled(cfg):
         if method is not None and option not in method.options:
