@@ -1,4 +1,4 @@
-"""Token-wise aggregation of k frozen source models' embeddings into one (spec §1.2).
+"""Token-wise aggregation of k frozen source models' embeddings into one [P §3.2].
 
 Every input is one source's features at the same positions, (..., d_i); the output is (..., d). Position-wise: each
 token's output depends on that token's k inputs alone, so the head may read any subset of positions (the gold
@@ -11,15 +11,16 @@ import math
 import torch
 from torch import nn
 
-MODES = ("mean", "sum", "attention", "attention_literal")
+from reverse_probing.config import MODES
 
 
 class Aggregator(nn.Module):
-    """mean | sum: no parameters (k = 1: the identity). attention: the official code's form, used for every attention
-    run of the paper [R]: a learned constant query q ∈ R^h (the bias of its Linear(d→h): with mode_query=constant only
-    the bias reaches the score), per-model keys K_i: Linear(d_i→h), per-model values V_i: Linear(d_i→d),
-    α_i(t) = softmax_i(q·K_i h_i(t) / √h), E(t) = Σ_i α_i(t) V_i h_i(t). attention_literal: the paper's formula,
-    α_i = softmax_i(w·h_i(t)) with one shared w and no value projection, E = Σ_i α_i h_i (equal widths only)."""
+    """mean | sum: no parameters (k = 1: the identity). attention: the official code's form, used for every
+    attention run of the paper [R]: a learned constant query q ∈ R^h (the bias of its Linear(d→h): with
+    mode_query=constant only the bias reaches the score), per-model keys K_i: Linear(d_i→h), per-model values
+    V_i: Linear(d_i→d), α_i(t) = softmax_i(q·K_i h_i(t) / √h), E(t) = Σ_i α_i(t) V_i h_i(t). attention_literal:
+    the paper's formula, α_i = softmax_i(w·h_i(t)) with one shared w and no value projection, E = Σ_i α_i h_i
+    (equal widths only)."""
 
     def __init__(self, mode: str, widths: list[int], d: int, key_size: int = 128):
         super().__init__()

@@ -1,7 +1,7 @@
 """method=reverse_probing_bench: what the activation store buys a probing run. One epoch of head-only training (the
-aggregator and the coreference head on stored features) against one forward pass of the frozen source encoders over
-the same training documents (what every epoch would cost on top without the store), interleaved in one process:
-warm-up, then `repeats` rounds, medians and the ratio per round."""
+aggregator and the coreference head on stored features, through the suite's loop) against one forward pass of the
+frozen source encoders over the same training documents (what every epoch would cost on top without the store),
+interleaved in one process: warm-up, then `repeats` rounds, medians and the ratio per round."""
 from __future__ import annotations
 
 import statistics
@@ -10,35 +10,43 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
+from experiments.config import ConfigError, TrainConfig
 from experiments.context import RunContext
 from experiments.store import batched_hidden_states
 from experiments.timing import interleaved
-from reverse_probing import run as R
+from experiments.train import fit
+from reverse_probing import supplied
+from reverse_probing.config import check
 from reverse_probing.documents import words_of
+from reverse_probing.extract import width
+from reverse_probing.features import coref_data, load_source, safe_words
+from reverse_probing.training import build, optimizers, training_batches
 
 
 def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
-    models, layers, extras = R.check(cfg)
-    R.ready(cfg, models, extras)
+    models, layers, extras = check(cfg)
+    supplied.ready(cfg, models, extras)
     if cfg.task.type != "coref":
-        raise R.ConfigError(f"method=reverse_probing_bench times the coreference probe; task={cfg.task.name} is "
-                            f"{cfg.task.type}")
+        raise ConfigError(f"method=reverse_probing_bench times the coreference probe; task={cfg.task.name} is "
+                          f"{cfg.task.type}")
     m = cfg.method
-    data = R.coref_data(cfg, ctx, models, layers, {})
+    data = coref_data(cfg, ctx, models, layers, {})
     docs, feats, raw = data["train"]
-    widths = [R.width(m.variant, x.hidden_size, m.concat_n) for x in models]
+    widths = [width(m.variant, x.hidden_size, m.concat_n) for x in models]
     torch.manual_seed(cfg.seed)
-    probe = R.build(cfg, widths, models[0].hidden_size).to(ctx.device)
-    opts = R.optimizers(cfg, probe, m.max_epochs * -(-len(docs) // m.docs_per_step))
-    rng = np.random.default_rng(cfg.seed)
+    probe = build(cfg, widths, models[0].hidden_size).to(ctx.device)
+    # one optimizer state, schedule and document order across the rounds, as epochs of one run would have
+    batches, per_epoch = training_batches(cfg, docs, feats, np.random.default_rng(cfg.seed))
+    opts = optimizers(cfg, probe, m.max_epochs * per_epoch)
+    one_epoch = TrainConfig(epochs=1, progress=False)
 
     # the encoders' side: every segment of every training document through every source (inference, batched)
     segments = []
     for x in models:
-        tok, enc, _ = R.load_source(x)
+        tok, enc, _ = load_source(x)
         rows = []
         for doc, d in zip(raw, docs):
-            words = R.safe_words(tok, words_of(doc)[0])
+            words = safe_words(tok, words_of(doc)[0])
             rows += [{"input_ids": tok(words[a:b], is_split_into_words=True)["input_ids"]} for a, b in d.segments]
         segments.append((enc, rows))
 
@@ -48,8 +56,8 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
                 pass
 
     def epoch():
-        probe.train()
-        R.train_epoch(cfg, probe, opts, docs, feats, rng)
+        fit(probe, batches, per_epoch, one_epoch, evaluate=None, objective=None, higher_is_better=True,
+            device=ctx.device, optimizers=opts)
 
     times = interleaved({"head_epoch": epoch, "encoder_forward": forward}, repeats=m.repeats, warmup=m.warmup,
                         device=ctx.device)

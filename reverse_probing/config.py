@@ -1,11 +1,16 @@
-"""Configs of reverse probing (torch-free: the registry imports this to validate `method=reverse_probing*`).
-Tags: [P] the paper, [R] its official code (spec reverse_probing/SPEC.md), ours where neither says."""
+"""Configs of reverse probing and their refusals before any work (torch-free: the registry imports this to validate
+`method=reverse_probing*`). Tags: [P] the paper, [R] its official code, ours where neither says."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Optional
 
-from experiments.config import MethodConfig
+from omegaconf import DictConfig
+
+from experiments.config import ConfigError, MethodConfig, ModelConfig, TaskConfig, load_group
+
+VARIANTS = ("full", "trunc", "norm", "concat")  # what a source contributes per token [P §3.1, Fig. 1]
+MODES = ("mean", "sum", "attention", "attention_literal")  # how the sources' features join [P §3.2]
 
 
 @dataclass
@@ -67,7 +72,7 @@ class SourceConfig(ReverseProbingConfig):
 @dataclass
 class CossimConfig(ReverseProbingConfig):
     """method=reverse_probing_cossim: Fig. 3, the mean cosine between each source's token embeddings and the
-    CorefTarget encoder's (`method.reference`), padding masked [S §5.8], over the documents of one split."""
+    CorefTarget encoder's (`method.reference`), padding masked, over the documents of one split."""
     name: str = "reverse_probing_cossim"
     reference: str = "minilm-l6-coref"
     split: str = "dev"
@@ -81,3 +86,76 @@ class BenchConfig(ReverseProbingConfig):
     name: str = "reverse_probing_bench"
     repeats: int = 5
     warmup: int = 1
+
+
+def check_variant(variant: str, num_layers: int, layer: int | None = None, concat_n: int | None = None) -> None:
+    """The paper's combinations only: norm on the last layer, trunc at one layer, concat of the last n."""
+    if variant not in VARIANTS:
+        raise ValueError(f"method.variant={variant!r} is not one of {', '.join(VARIANTS)}")
+    if variant == "trunc" and (layer is None or not 1 <= layer <= num_layers):
+        raise ValueError(f"method.variant=trunc reads hidden_states[L] with 1 <= L <= {num_layers}; got "
+                         f"method.trunc={layer!r}: give one layer per source")
+    if variant == "concat" and (concat_n is None or not 1 <= concat_n <= num_layers):
+        raise ValueError(f"method.variant=concat joins the last n layers, 1 <= n <= {num_layers}; got "
+                         f"method.concat_n={concat_n!r}")
+
+
+def sources_of(cfg: DictConfig) -> list[DictConfig]:
+    if not cfg.method.sources:
+        raise ConfigError("method.sources is empty: name at least one source model (conf/model), e.g. [minilm-l6]")
+    return [load_group("model", name, ModelConfig, "method.sources") for name in cfg.method.sources]
+
+
+def extra_tasks(cfg: DictConfig) -> dict[str, DictConfig]:
+    tasks = {p: load_group("task", name, TaskConfig, f"method.extra_eval.{p}")
+             for p, name in cfg.method.extra_eval.items()}
+    for p, t in tasks.items():
+        if t.type != "coref":
+            raise ConfigError(f"method.extra_eval.{p}={t.name} is a {t.type} task; extra evaluations are coref tasks")
+    return tasks
+
+
+def layers_of(cfg: DictConfig, models: list[DictConfig]) -> list[int | None]:
+    m = cfg.method
+    if m.variant != "trunc":
+        if m.trunc is not None:
+            raise ConfigError(f"method.trunc={list(m.trunc)} applies to variant=trunc only (variant={m.variant}); "
+                              "set method.trunc=null")
+        return [None] * len(models)
+    if m.trunc is None or len(m.trunc) != len(models):
+        raise ConfigError(f"method.variant=trunc needs one layer per source: method.trunc={m.trunc} for "
+                          f"{len(models)} source(s) {list(m.sources)}")
+    return list(m.trunc)
+
+
+def check(cfg: DictConfig) -> tuple[list[DictConfig], list[int | None], dict[str, DictConfig]]:
+    """Refuse a probe the paper does not define; returns (the sources' model configs, the layer each reads under
+    variant=trunc, the extra evaluation tasks by metric prefix)."""
+    m = cfg.method
+    if cfg.task.type not in ("coref", "qa"):
+        raise ConfigError(f"method=reverse_probing trains a coreference head (or, on the stand-in target quoref, the "
+                          f"suite's QA head): task={cfg.task.name} is {cfg.task.type}; use task=winogrande-coref "
+                          "(offline), conll2012 (paper scale) or quoref")
+    if cfg.task.type == "qa" and m.extra_eval:
+        raise ConfigError(f"method.extra_eval={dict(m.extra_eval)} scores coref tasks; a qa target has none: set "
+                          "method.extra_eval={}")
+    models = sources_of(cfg)
+    layers = layers_of(cfg, models)
+    if m.aggregate not in MODES:
+        raise ConfigError(f"method.aggregate={m.aggregate!r} is not one of {', '.join(MODES)}")
+    for model, layer in zip(models, layers):
+        try:
+            check_variant(m.variant, model.num_layers, layer, m.concat_n)
+        except ValueError as e:
+            raise ConfigError(f"{e} (source {model.name})") from None
+    if m.variant == "concat" and m.aggregate != "attention":
+        raise ConfigError(f"method.variant=concat is combined with aggregate=attention only [P Table 1] (its value "
+                          f"projections map n·d back to d); got aggregate={m.aggregate}")
+    if m.concat_n is not None and m.variant != "concat":
+        raise ConfigError(f"method.concat_n={m.concat_n} applies to variant=concat only; set method.concat_n=null")
+    if m.aggregate != "attention" and len({x.hidden_size for x in models}) > 1:
+        raise ConfigError(f"aggregate={m.aggregate} adds vectors of sources of widths "
+                          f"{[x.hidden_size for x in models]}: use aggregate=attention")
+    if m.word_pooling not in ("mean", "first"):
+        raise ConfigError(f"method.word_pooling={m.word_pooling!r}: use mean or first")
+    return models, layers, extra_tasks(cfg)

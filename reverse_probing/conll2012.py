@@ -17,7 +17,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from experiments import data as D
+from experiments.data import load_rows
 from experiments.assets import cache_dir, staged, write_manifest
 from experiments.config import ConfigError
 from experiments.coref import read_conll, read_jsonlines, validate_document
@@ -94,7 +94,7 @@ def documents(task: DictConfig, data: DictConfig) -> tuple[dict[str, list[dict]]
     out, dropped = {}, 0
     for split in task.splits:
         out[split] = []
-        for row in D.load_rows(task, hub_data, HUB_SPLITS.get(split, split)):
+        for row in load_rows(task, hub_data, HUB_SPLITS.get(split, split)):
             docs, n = hub_documents(row)
             out[split] += docs
             dropped += n

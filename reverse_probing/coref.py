@@ -1,4 +1,4 @@
-"""The target head: coref-hoi's coarse-to-fine model without higher-order inference (Xu & Choi 2020; spec §1.3).
+"""The target head: coref-hoi's coarse-to-fine model without higher-order inference (Xu & Choi 2020).
 
 Plain torch over word features (B, W, d), a batch of documents (coref-hoi trains on one document a step: B = 1).
 candidates → span representation g = [h_start; h_end; φ(width); head-attention mean] → mention score (FFNN + width
@@ -163,7 +163,9 @@ class CorefHead(nn.Module):
         keep = self._keep(s_m, spans, span_mask, units, gold_mentions)  # (B, K), -1 pads
         kmask = keep >= 0
         idx = keep.clamp_min(0)
-        pick = lambda x: torch.gather(x, 1, idx.view(B, -1, *([1] * (x.dim() - 2))).expand(-1, -1, *x.shape[2:]))  # noqa: E731
+
+        def pick(x):  # the kept spans' rows of a (B, S, ...) tensor
+            return torch.gather(x, 1, idx.view(B, -1, *([1] * (x.dim() - 2))).expand(-1, -1, *x.shape[2:]))
         g, top_spans, s_top = pick(g), pick(spans), pick(s_m).masked_fill(~kmask, 0.0)
         K = g.shape[1]
 

@@ -1,4 +1,4 @@
-"""What a frozen source model contributes per token (spec §1.1): its hidden states at every layer, per sub-token (the
+"""What a frozen source model contributes per token [P §3.1]: its hidden states at every layer, per sub-token (the
 sources share a tokenizer) or pooled to words (they do not), reduced to one vector per position by the extraction
 variant.
 
@@ -11,21 +11,9 @@ from __future__ import annotations
 from typing import Callable
 
 import torch
-import torch.nn.functional as F
+from torch.nn import functional
 
-VARIANTS = ("full", "trunc", "norm", "concat")
-
-
-def check_variant(variant: str, num_layers: int, layer: int | None = None, concat_n: int | None = None) -> None:
-    """The paper's combinations only [spec §5.7]: norm on the last layer, trunc at one layer, concat of the last n."""
-    if variant not in VARIANTS:
-        raise ValueError(f"method.variant={variant!r} is not one of {', '.join(VARIANTS)}")
-    if variant == "trunc" and (layer is None or not 1 <= layer <= num_layers):
-        raise ValueError(f"method.variant=trunc reads hidden_states[L] with 1 <= L <= {num_layers}; got "
-                         f"method.trunc={layer!r}: give one layer per source")
-    if variant == "concat" and (concat_n is None or not 1 <= concat_n <= num_layers):
-        raise ValueError(f"method.variant=concat joins the last n layers, 1 <= n <= {num_layers}; got "
-                         f"method.concat_n={concat_n!r}")
+from reverse_probing.config import check_variant
 
 
 def extract(states: torch.Tensor, variant: str, layer: int | None = None, concat_n: int | None = None) -> torch.Tensor:
@@ -44,7 +32,7 @@ def read_variant(read: Callable[[int], torch.Tensor], num_layers: int, variant: 
         return read(layer)
     if variant == "norm":
         last = read(L)
-        return F.normalize(last.float(), p=2, dim=-1).to(last.dtype)
+        return functional.normalize(last.float(), p=2, dim=-1).to(last.dtype)
     return torch.cat([read(k) for k in range(L - concat_n + 1, L + 1)], -1)
 
 

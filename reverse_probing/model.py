@@ -36,3 +36,9 @@ class SpanProbe(nn.Module):
         h, alpha = self.aggregator(list(states.float().unbind(2)))
         self.last_alpha = None if alpha is None else alpha.detach()
         return self.head(h, attention_mask, **targets)
+
+
+def parameter_counts(probe: ReverseProbe | SpanProbe) -> dict[str, int]:
+    """The record's params/aggregator and params/head: the only parts of a probe that train."""
+    return {f"params/{name}": sum(p.numel() for p in part.parameters())
+            for name, part in (("aggregator", probe.aggregator), ("head", probe.head))}

@@ -16,17 +16,17 @@ import json
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from experiments import batches as B
-from experiments import finetune as F
+from experiments import recipe
 from experiments.assets import cache_dir, staged, write_manifest
 from experiments.config import ConfigError
 from experiments.context import RunContext
-from experiments.models import load_encoder, tokenizer_fingerprint
+from experiments.models import load_encoder
 from experiments.results import provenance
 from reverse_probing import conll2012, supplied
-from reverse_probing import run as probe
 from reverse_probing.documents import words_of
 from reverse_probing.extract import positions
+from reverse_probing.features import at_positions, load_docs, prepared, safe_words, unit_of, units_used
+from reverse_probing.training import build, train
 
 KINDS = ("finetune", "coref_target", "data")
 
@@ -42,14 +42,9 @@ def save(encoder: torch.nn.Module, tok, name: str, facts: dict) -> str:
 
 
 def finetune(cfg: DictConfig, ctx: RunContext):
-    tok, model, raw, train, evals = F.prepare(cfg)
-    dev = F.encode_dev(cfg, tok, raw)
-    ctx.tokenizer_fingerprint = tokenizer_fingerprint(tok)
-    batches, n_batches = B.train_batches(train, cfg.hardware.batch_size, tok.pad_token_id, cfg.seed,
-                                         cfg.train.group_by_length, **B.loading(cfg.hardware, ctx.device))
-    F.record_samples(cfg, ctx, raw, train, evals)
-    metrics = F.fit_and_score(cfg, ctx, model, raw, evals, batches, n_batches, tok.pad_token_id, dev=dev)
-    return metrics, model.encoder, tok
+    """The suite's fine-tuning recipe, unchanged: the source is the fine-tuned model's encoder."""
+    tok, model, splits = recipe.prepare(cfg)
+    return recipe.finetune(cfg, ctx, tok, model, splits), model.encoder, tok
 
 
 def live_features(cfg: DictConfig, tok, encoder: torch.nn.Module, raw: list[dict], docs, device):
@@ -60,21 +55,21 @@ def live_features(cfg: DictConfig, tok, encoder: torch.nn.Module, raw: list[dict
     def feats(idx: list[int]) -> list[list[torch.Tensor]]:
         rows, owner = [], []
         for i in idx:
-            words = probe.safe_words(tok, words_of(raw[i])[0])
+            words = safe_words(tok, words_of(raw[i])[0])
             for a, b in docs[i].segments:
                 e = tok(words[a:b], is_split_into_words=True)
                 rows.append((e["input_ids"], e.word_ids(), b - a))
                 owner.append(i)
-        T = max(len(r[0]) for r in rows)
-        ids = torch.full((len(rows), T), pad, dtype=torch.long)
-        mask = torch.zeros(len(rows), T, dtype=torch.long)
+        longest = max(len(r[0]) for r in rows)
+        ids = torch.full((len(rows), longest), pad, dtype=torch.long)
+        mask = torch.zeros(len(rows), longest, dtype=torch.long)
         for r, (x, _, _) in enumerate(rows):
             ids[r, :len(x)], mask[r, :len(x)] = torch.tensor(x), 1
         hidden = encoder(input_ids=ids.to(device), attention_mask=mask.to(device)).last_hidden_state
         per: dict[int, list[torch.Tensor]] = {i: [] for i in idx}
         for r, ((x, wids, n), i) in enumerate(zip(rows, owner)):
-            per[i].append(positions(hidden[r, :len(x)], wids, n, probe.unit_of(docs[i]), cfg.method.word_pooling))
-        return [[probe.at_positions(torch.cat(per[i], 0), docs[i], 0) for i in idx]]
+            per[i].append(positions(hidden[r, :len(x)], wids, n, unit_of(docs[i]), cfg.method.word_pooling))
+        return [[at_positions(torch.cat(per[i], 0), docs[i], 0) for i in idx]]
     return feats
 
 
@@ -88,19 +83,16 @@ def coref_target(cfg: DictConfig, ctx: RunContext):
                           f"method.variant=full (got {m.aggregate}, {m.variant})")
     tok, encoder = load_encoder(cfg.model)
     encoder.to(ctx.device).train()
-    ctx.tokenizer_fingerprint = tokenizer_fingerprint(tok)
-    ctx.extra.update(probe.units_used([tok]))
-    raw = probe.load_docs(cfg.task, cfg.data)
+    ctx.extra.update(units_used([tok]))
+    raw = load_docs(cfg.task, cfg.data)
     data = {}
     for split, rows in raw.items():
-        docs = probe.prepared(cfg, rows, [tok])
+        docs = prepared(cfg, rows, [tok])
         data[split] = (docs, live_features(cfg, tok, encoder, rows, docs, ctx.device))
     torch.manual_seed(cfg.seed)
-    model = probe.build(cfg, [cfg.model.hidden_size], cfg.model.hidden_size).to(ctx.device)
+    model = build(cfg, [cfg.model.hidden_size], cfg.model.hidden_size).to(ctx.device)
     ctx.n_samples.update({f"{s}_docs": len(d[0]) for s, d in data.items()})
-
-    metrics = probe.train(cfg, ctx, model, data, encoder=encoder)
-    return metrics, encoder, tok
+    return train(cfg, ctx, model, data, encoder=encoder), encoder, tok
 
 
 def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
@@ -118,7 +110,8 @@ def run(cfg: DictConfig, ctx: RunContext) -> dict[str, float]:
     metrics, encoder, tok = (finetune if m.kind == "finetune" else coref_target)(cfg, ctx)
     encoder.eval()
     facts = {"method": m.kind, "base_model": cfg.model.name, "task": cfg.task.name, "seed": cfg.seed,
-             "git_sha": provenance(str(ctx.device), False)["git_sha"], "config": json.loads(json.dumps(OmegaConf.to_container(cfg.method, resolve=True))),
+             "git_sha": provenance(str(ctx.device), False)["git_sha"],
+             "config": json.loads(json.dumps(OmegaConf.to_container(cfg.method, resolve=True))),
              "metrics": {k: v for k, v in metrics.items() if isinstance(v, (int, float))}}
     ctx.extra["saved_to"] = save(encoder, tok, m.save_as, facts)
     return metrics

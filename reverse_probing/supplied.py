@@ -7,10 +7,10 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from experiments import REPO
 from experiments.assets import cache_dir, verify
 from experiments.config import ConfigError
 
-REPO = Path(__file__).resolve().parents[1]
 EXPERIMENTS = REPO / "conf" / "experiment" / "reverse_probing"
 
 
@@ -82,3 +82,11 @@ def check_models(models: list[DictConfig], what: str = "method.sources") -> None
         if (problem := _missing(key)) is not None:
             raise ConfigError(f"{what}: model {model.name} (offline: {model.offline}) is not usable in "
                               f"{cache_dir() / key} ({problem}); {_saved_by(key) or 'no experiment saves it'}")
+
+
+def ready(cfg: DictConfig, models: list[DictConfig], extras: dict[str, DictConfig]) -> None:
+    """Everything a probe reads that `make assets` does not build is in the asset cache, or a refusal naming what
+    saves it (before any work)."""
+    check_models(models)
+    for task in [cfg.task, *extras.values()]:
+        check_task(task, cfg.data)

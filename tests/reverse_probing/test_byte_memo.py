@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from reverse_probing import byte_memo as B
-from reverse_probing import run as R
+from reverse_probing import byte_memo, features
+from reverse_probing.config import check
 from tests.conftest import compose
 
 
@@ -12,7 +12,7 @@ def t(n_floats: int) -> torch.Tensor:
 
 
 def test_the_least_recently_used_go_first_once_the_bytes_exceed_the_budget():
-    memo = B.ByteMemo(100)
+    memo = byte_memo.ByteMemo(100)
     calls = []
 
     def value(key, n):
@@ -31,30 +31,30 @@ def test_the_least_recently_used_go_first_once_the_bytes_exceed_the_budget():
 
 def test_a_view_counts_its_storage_once():
     x = torch.zeros(3, 8)
-    assert B.nbytes([x[0], x[1], {"y": x}]) == 96 and B.nbytes(torch.zeros(2, dtype=torch.float16)) == 4
+    assert byte_memo.nbytes([x[0], x[1], {"y": x}]) == 96 and byte_memo.nbytes(torch.zeros(2, dtype=torch.float16)) == 4
 
 
 def test_the_budget_comes_from_the_environment_or_half_the_host(monkeypatch):
-    monkeypatch.setenv(B.ENV, "32e9")
-    assert B.default_budget() == 32_000_000_000
-    monkeypatch.setenv(B.ENV, "lots")
+    monkeypatch.setenv(byte_memo.ENV, "32e9")
+    assert byte_memo.default_budget() == 32_000_000_000
+    monkeypatch.setenv(byte_memo.ENV, "lots")
     with pytest.raises(ValueError, match="STRATA_MEMO_BYTES='lots'"):
-        B.default_budget()
-    monkeypatch.delenv(B.ENV)
-    assert B.default_budget() > 0
+        byte_memo.default_budget()
+    monkeypatch.delenv(byte_memo.ENV)
+    assert byte_memo.default_budget() > 0
 
 
 def test_a_pair_of_sources_reuses_each_members_states(monkeypatch, tmp_path):
     """The paper's sources share one tokenizer: their documents' layout is the same alone and in a pair, so the
     pair's run reads the states its members' runs memoised instead of a second copy."""
-    monkeypatch.setattr(R, "_states", B.ByteMemo(10**9))
+    monkeypatch.setattr(features, "states_memo", byte_memo.ByteMemo(10**9))
     computed = []
-    monkeypatch.setattr(R, "source_states", lambda cfg, ctx, m, raw, docs: computed.append(m.name) or [t(4)])
+    monkeypatch.setattr(features, "source_states", lambda cfg, ctx, m, raw, docs: computed.append(m.name) or [t(4)])
     for sources in ("[tiny-bert]", "[tiny-bert,tiny-bert]"):
         cfg = compose("experiment=reverse_probing/smoke", f"method.sources={sources}")
-        models, _, _ = R.check(cfg)
-        raw = R.load_docs(cfg.task, cfg.data)["dev"]
-        tok = R.load_source(models[0])[0]
-        docs = R.prepared(cfg, raw, [tok] * len(models))
-        R.split_states(cfg, None, models, "dev", raw, docs, cfg.task)
+        models, _, _ = check(cfg)
+        raw = features.load_docs(cfg.task, cfg.data)["dev"]
+        tok = features.load_source(models[0])[0]
+        docs = features.prepared(cfg, raw, [tok] * len(models))
+        features.split_states(cfg, None, models, "dev", raw, docs, cfg.task)
     assert computed == ["tiny-bert"]

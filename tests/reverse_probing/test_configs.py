@@ -10,7 +10,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf, open_dict
 
 from experiments.config import compose
-from reverse_probing import run as R
+from reverse_probing.config import check
 from scripts.tier import kind
 
 MRPC, NER, RE, QA, BERT = ("bert-base-cased-mrpc", "bert-base-cased-ner-ontonotes", "bert-base-cased-re",
@@ -34,7 +34,7 @@ def jobs(exp: str) -> list:
         cfg = copy.deepcopy(base)
         for o in OverridesParser.create().parse_overrides(job):
             OmegaConf.update(cfg, o.key_or_group, o.value(), force_add=True)
-        R.check(cfg)  # the method's refusals: one layer per source, each in range
+        check(cfg)  # the method's refusals: one layer per source, each in range
         out.append(OmegaConf.create(OmegaConf.to_container(cfg, resolve=True)))
     return out
 

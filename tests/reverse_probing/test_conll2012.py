@@ -11,14 +11,11 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from experiments import data as D
+from experiments import data, registry
 from experiments.config import ConfigError
 from experiments.coref import read_jsonlines
 from experiments.run import execute
-from reverse_probing import conll2012 as C
-from reverse_probing import run as R
-from reverse_probing import sources as S
-from reverse_probing import supplied, tacred
+from reverse_probing import conll2012, sources, supplied, tacred
 from scripts import tier
 from tests.conftest import CONF, compose
 
@@ -63,8 +60,8 @@ def task():
 
 
 def test_a_hub_document_becomes_one_word_level_document_per_part(hub):
-    row = next(iter(D.load_rows(task(), OmegaConf.create({"source": "hub"}), "train")))
-    docs, dropped = C.hub_documents(row)
+    row = next(iter(data.load_rows(task(), OmegaConf.create({"source": "hub"}), "train")))
+    docs, dropped = conll2012.hub_documents(row)
     assert docs == [PART0, PART1] and dropped == 0
 
 
@@ -72,7 +69,7 @@ def test_the_hub_conversion_equals_the_coref_hoi_path_on_the_same_part(tmp_path)
     (tmp_path / "dev.jsonlines").write_text(json.dumps(COREF_HOI) + "\n")
     from_hoi = read_jsonlines(tmp_path / "dev.jsonlines")[0]
     row = json.loads(FIXTURE.read_text())["splits"]["test"][0]
-    assert as_sets(C.hub_documents(row)[0][0]) == as_sets(from_hoi)
+    assert as_sets(conll2012.hub_documents(row)[0][0]) == as_sets(from_hoi)
 
 
 def test_the_fixture_has_the_manifests_features():
@@ -83,13 +80,13 @@ def test_the_fixture_has_the_manifests_features():
 def test_a_mention_listed_twice_is_kept_once():
     row = {"document_id": "nw/x", "sentences": [{"part_id": 0, "words": ["a", "b"], "speaker": None,
                                                   "coref_spans": [[1, 0, 0], [2, 0, 0], [2, 1, 1], [1, 0, 0]]}]}
-    docs, dropped = C.hub_documents(row)
+    docs, dropped = conll2012.hub_documents(row)
     assert docs[0]["clusters"] == [[[0, 0]], [[1, 1]]] and dropped == 2
 
 
 def test_build_conll2012_installs_the_hub_copy(hub, smoke_cfg, tmp_path, monkeypatch):
     monkeypatch.setenv("STRATA_CACHE", str(tmp_path / "cache"))
-    monkeypatch.delenv(C.ENV, raising=False)
+    monkeypatch.delenv(conll2012.ENV, raising=False)
     cfg = smoke_cfg("experiment=reverse_probing/build_conll2012", "hardware=cpu", "data.source=null")
     rec = execute(cfg, tmp_path / "out" / cfg.run_id)
     assert rec["status"] == "ok", rec.get("error")
@@ -109,25 +106,25 @@ def test_a_local_coref_hoi_copy_is_installed_from_the_directory_the_env_names(tm
     for stem in ("train", "dev", "test"):
         (local / f"{stem}.english.384.bert-base-cased.jsonlines").write_text(json.dumps(COREF_HOI) + "\n")
     monkeypatch.setenv("STRATA_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv(C.ENV, str(local))
-    metrics, where = C.build(task(), compose("task=conll2012").data)
+    monkeypatch.setenv(conll2012.ENV, str(local))
+    metrics, where = conll2012.build(task(), compose("task=conll2012").data)
     assert metrics["data/eval_documents"] == 1 and "dropped_mentions" not in json.dumps(metrics)
     installed = read_jsonlines(tmp_path / "cache" / "data" / "conll2012" / "eval.jsonl")[0]
     assert as_sets(installed) == as_sets(PART0)
-    monkeypatch.setenv(C.ENV, str(tmp_path / "nowhere"))
-    with pytest.raises(ConfigError, match=f"{C.ENV}=.*nowhere: not a directory"):
-        C.build(task(), compose("task=conll2012").data)
+    monkeypatch.setenv(conll2012.ENV, str(tmp_path / "nowhere"))
+    with pytest.raises(ConfigError, match=f"{conll2012.ENV}=.*nowhere: not a directory"):
+        conll2012.build(task(), compose("task=conll2012").data)
     (local / "test.english.384.bert-base-cased.jsonlines").unlink()
-    monkeypatch.setenv(C.ENV, str(local))
-    with pytest.raises(ConfigError, match=f"{C.ENV}=.*: no eval split there"):
-        C.build(task(), compose("task=conll2012").data)
+    monkeypatch.setenv(conll2012.ENV, str(local))
+    with pytest.raises(ConfigError, match=f"{conll2012.ENV}=.*: no eval split there"):
+        conll2012.build(task(), compose("task=conll2012").data)
 
 
 def test_a_probe_on_conll2012_without_its_data_names_the_build(tmp_path, monkeypatch):
     monkeypatch.setenv("STRATA_CACHE", str(tmp_path / "empty"))
     cfg = compose("experiment=reverse_probing/table1", "method.sources=[bert-base-cased]")
     with pytest.raises(ConfigError) as e:
-        R.run(cfg, None)  # refused before anything reads the run's context
+        registry.resolve("reverse_probing")(cfg, None)  # refused before anything reads the run's context
     msg = str(e.value)
     assert "task=conll2012: task.offline=conll2012" in msg and "make assets` does not build it" in msg
     assert "experiment=reverse_probing/build_conll2012" in msg and "STRATA_CONLL2012=" in msg and "STRATA_HUB=1" in msg
@@ -138,16 +135,16 @@ def test_a_built_source_that_was_never_built_names_its_build(tmp_path, monkeypat
     cfg = compose("experiment=reverse_probing/table1", "method.sources=[bert-base-cased-coref]")
     with pytest.raises(ConfigError, match=r"model bert-base-cased-coref .* run python -m experiments.run "
                                           r"experiment=reverse_probing/build_coref first"):
-        R.run(cfg, None)
+        registry.resolve("reverse_probing")(cfg, None)
 
 
 def test_the_re_build_fails_up_front_naming_how_to_supply_tacred(smoke_cfg, tmp_path, monkeypatch):
     monkeypatch.setenv("STRATA_CACHE", str(tmp_path / "empty"))
     cfg = compose("experiment=reverse_probing/build_re")
-    monkeypatch.setattr(S, "finetune", lambda *a: pytest.fail("the build started without its data"))
+    monkeypatch.setattr(sources, "finetune", lambda *a: pytest.fail("the build started without its data"))
     with pytest.raises(ConfigError, match=r"task=tacred: task.offline=tacred .* LDC2018T24 .* "
                                           r"python -m reverse_probing.tacred"):
-        S.run(cfg, None)
+        sources.run(cfg, None)
 
 
 def test_tacred_rows_mark_the_subject_and_object(tmp_path, monkeypatch):

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from experiments.context import RunContext
-from reverse_probing import run as R
-from reverse_probing import sources as S
+from experiments import registry
+from reverse_probing import sources, training
 from reverse_probing.documents import prepare
 from reverse_probing.model import ReverseProbe
 from tests.conftest import compose
@@ -23,7 +23,7 @@ def test_the_probe_and_its_inputs_are_on_the_runs_device(phase, tmp_path, monkey
     cfg = compose("experiment=reverse_probing/smoke", "method.sources=[tiny-bert]", "method.aggregate=attention")
     doc = prepare(DOC, [1] * 10, 64, gold_mentions=True, max_width=4)
     feats = [[torch.randn(len(doc.keep), 32)]]  # host tensors, as the activation store returns them
-    probe = R.build(cfg, [32], 32)
+    probe = training.build(cfg, [32], 32)
     seen = {}
 
     def forward(self, sources, **batch):
@@ -35,9 +35,9 @@ def test_the_probe_and_its_inputs_are_on_the_runs_device(phase, tmp_path, monkey
     ctx = RunContext(output_dir=tmp_path, device=torch.device("meta"), device_name="meta", store_dir=tmp_path / "s")
     with pytest.raises(Seen):
         if phase == "train":
-            R.train(cfg, ctx, probe, {"train": ([doc], feats), "dev": ([doc], feats), "eval": ([doc], feats)})
+            training.train(cfg, ctx, probe, {"train": ([doc], feats), "dev": ([doc], feats), "eval": ([doc], feats)})
         else:
-            R.score(probe.to(ctx.device), [doc], feats, gold_mentions=True)
+            training.score(probe.to(ctx.device), [doc], feats, gold_mentions=True)
     assert seen["params"] == {"meta"} and seen["inputs"] == {"meta"}, seen
 
 
@@ -48,9 +48,10 @@ def test_a_probe_and_a_coref_target_build_run_on_cuda(tmp_path, monkeypatch):
     cuda = torch.device("cuda")
     cfg = compose("debug=smoke", "experiment=reverse_probing/smoke", "method.sources=[tiny-bert]",
                   "method.aggregate=attention")
-    out = R.run(cfg, RunContext(output_dir=tmp_path, device=cuda, device_name="cuda", store_dir=tmp_path / "s"))
+    probe = registry.resolve("reverse_probing")
+    out = probe(cfg, RunContext(output_dir=tmp_path, device=cuda, device_name="cuda", store_dir=tmp_path / "s"))
     assert 0 <= out["eval/conll_f1"] <= 100
     build = compose("debug=smoke", "experiment=reverse_probing/build_coref_cpu", "model=tiny-bert",
                     "method.save_as=tiny-bert-coref", "method.ffnn_size=16", "method.max_epochs=1")
     ctx = RunContext(output_dir=tmp_path, device=cuda, device_name="cuda", store_dir=tmp_path / "s2")
-    assert "dev/conll_f1" in S.run(build, ctx) and (tmp_path / "cache" / "models" / "tiny-bert-coref").is_dir()
+    assert "dev/conll_f1" in sources.run(build, ctx) and (tmp_path / "cache" / "models" / "tiny-bert-coref").is_dir()

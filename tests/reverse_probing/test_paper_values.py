@@ -1,6 +1,6 @@
 """reverse_probing/paper_values.yaml: the paper's numbers agree with each other where they should (the text's "%"
 differences are table cells subtracted, the trunc layers are the sweep's argmax, the bold cells are the row maxima,
-Fig. 4b is Table 1 rounded), and the inconsistencies the spec lists (§5.5) are recorded, not smoothed over."""
+Fig. 4b is Table 1 rounded), and the paper's inconsistencies are recorded, not smoothed over."""
 import pytest
 
 from experiments.evidence.paper_values import paper_values
@@ -40,7 +40,7 @@ def test_trunc_layers_are_the_sweeps_argmax_and_its_cells():
         assert max(sweep, key=sweep.get) == layer == pv.get(row, TASK, "trunc", "best_layer").value, row
         assert _f1(row, "mean-trunc") == sweep[layer]  # Table 1's mean-trunc is the sweep at its best layer
         assert _f1(row, "mean-full") == sweep[12]  # L = 12 is the full model
-    # NER is still rising at the bottom of the search range (spec §5.6)
+    # NER is still rising at the bottom of the search range
     assert _f1("NER", "trunc-L6") > _f1("NER", "trunc-L7")
 
 

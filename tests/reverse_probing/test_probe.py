@@ -122,7 +122,8 @@ def test_prepare_keeps_the_mentions_words_and_their_clusters():
 
 
 def test_window_cuts_long_training_documents_to_consecutive_segments():
-    doc = {"doc_key": "nw/1", "sentences": [["a", "b"], ["c", "d"], ["e", "f"]], "clusters": [[[0, 0], [4, 4]], [[2, 3], [5, 5]]]}
+    doc = {"doc_key": "nw/1", "sentences": [["a", "b"], ["c", "d"], ["e", "f"]],
+           "clusters": [[[0, 0], [4, 4]], [[2, 3], [5, 5]]]}
     d = prepare(doc, [1] * 6, 4, gold_mentions=False, max_width=2)  # one sentence per segment
     assert d.segments == [(0, 2), (2, 4), (4, 6)]
     offsets = set()
