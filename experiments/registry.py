@@ -52,7 +52,8 @@ METHODS: dict[str, Method] = {
                              "experiments.bench_config:FinetuneBenchConfig"),
     "recycling": Method("recycling.run:run", "recycling", "recycling.config:RecyclingConfig",
                         check="recycling.config:check"),
-    "recycling_bench": Method("recycling.bench:run", "recycling", "recycling.config:RecyclingBenchConfig"),
+    "recycling_bench": Method("recycling.bench:run", "recycling", "recycling.config:RecyclingBenchConfig",
+                              check="recycling.config:check"),
     # version 3: Eq. 1 loss, layer 4 prunes before its exit, paper-code at batch 1, paper tau grid, 3 timing seeds
     "eat": Method("eat.run:run", "eat", "eat.config:EatConfig", version=3, check="eat.config:check"),
     "eat_bench": Method("eat.bench:run", "eat", "eat.config:EatBenchConfig", version=3, check="eat.config:check"),
