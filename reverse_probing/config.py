@@ -48,7 +48,7 @@ class ReverseProbingConfig(MethodConfig):
     grad_clip: float = 1.0
     max_epochs: int = 100  # [P]
     min_epochs: int = 5  # [R]
-    patience: int = 5  # early stopping on dev CoNLL F1 [P]
+    patience: int = 5  # epochs without a better dev CoNLL F1 before stopping, not before min_epochs; 0: never [P]
     docs_per_step: int = 1  # [R] one document a step; the CPU tier batches 3-mention documents [ours]
     feature_batch: int = 64  # segments per source forward when filling the activation store
     extra_eval: dict[str, str] = field(default_factory=dict)  # metric prefix -> task name, scored at the best epoch
