@@ -35,12 +35,11 @@ from experiments.evidence import selection
 from experiments.evidence.paper_values import paper_values
 from experiments.evidence.signal import run_name
 from experiments.evidence.stats import N_BOOT, example_ci
-from experiments.evidence.tables import (Estimate, Table, delta, figure_link, fmt, hardware_label, metric_cell,
-                                         model_label, natural, paired_diff, pyplot, replicate_cell, run_label,
-                                         runs_of, save_figure, sections, seed_sd)
+from experiments.evidence.tables import (Estimate, Table, delta, figure_link, fmt, hardware_label, label_axes,
+                                         metric_cell, model_label, natural, page, paired_diff, pyplot, replicate_cell,
+                                         run_label, runs_of, save_figure, seed_sd)
 from experiments.evidence.tables import config_value as _c
 
-GENERIC_TABLES = ()
 TABLE_OF = {"SST-2": 1, "QQP": 2, "MNLI-m": 3}  # the paper's table per task
 EAT_ARM = "eat:prune+window+exit"  # our EAT as the benchmark names it (all three components)
 COLUMNS = ("latency_ms", "accuracy", "speedup_vs_bert", "delta_acc_pp", "avg_depth", "avg_retention")
@@ -637,7 +636,7 @@ def retention_by_layer(runs: list[dict], out: Path) -> list[str]:
         ax.set_ylim(0, 1.05)
         ax.set_xticks(sorted({x["layer"] for r in recs for x in _layers(r)
                               if (*_where(r), _c(r, "model.name")) == (task, hw, model)}))
-        _label(ax, "layer", "retention after the layer's pruning", f"{task} / {model} ({hw})")
+        label_axes(ax, "layer", "retention after the layer's pruning", f"{task} / {model} ({hw})")
     path = save_figure(fig, out, "retention_by_layer", data)
     t.notes = [f"Figure: {figure_link(path)}. Per layer i: running = the share of eval examples that compute it "
                "(the rest exited); tokens in = the mean token slots entering it over those examples; retention "
@@ -679,20 +678,13 @@ def retention_vs_length(runs: list[dict], out: Path) -> list[str]:
             data += [{"task": task, "hardware": hw, "model": _c(r, "model.name"), "variant": _c(r, "method.variant"),
                       "rule": rule, "length": int(x), "retention_mean": y, "n": int((length == x).sum())}
                      for x, y in zip(xs, means)]
-        _label(ax, "input length (tokens)", "final retention", f"{task} ({hw})")
+        label_axes(ax, "input length (tokens)", "final retention", f"{task} ({hw})")
     path = save_figure(fig, out, "retention_vs_length", data)
     return ["### Fig. 5: retention vs input length", "",
             f"{figure_link(path)}: measured final retention per input length at the chosen τ (dots), and what "
             "each keep rule leaves after its pruning steps (dotted). The paper's text says EAT 'prunes more "
             "aggressively on shorter inputs'; its own figure (and the rule's ceiling) show the opposite: short "
             "inputs keep more (claim `prunes-more-on-short-inputs`).", ""]
-
-
-def _label(ax, xlabel: str, ylabel: str, title: str) -> None:
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title, fontsize=8)
-    ax.legend(fontsize=6)
 
 
 def exit_layers(runs: list[dict], out: Path) -> list[str]:
@@ -718,7 +710,7 @@ def exit_layers(runs: list[dict], out: Path) -> list[str]:
                       "tau": f["tau"], "chosen": chosen, "exit_layer": l, "fraction": x}
                      for l, x in zip(layers, fracs)]
         ax.set_xticks(np.arange(len(layers)) + 0.4 - width / 2, [str(l) for l in layers])
-        _label(ax, "exit layer", "fraction of eval examples",
+        label_axes(ax, "exit layer", "fraction of eval examples",
                f"{_c(r, 'task.name')} / {_c(r, 'model.name')} / {_c(r, 'method.variant')}")
     path = save_figure(fig, out, "exit_layers", data)
     return ["### Fig. 6: exit-layer histogram", "",
@@ -753,10 +745,8 @@ def scaling(runs: list[dict], out: Path) -> list[str]:
             xs = [T for T in lengths if f"scaling/{arm}_ms@{T}" in m]
             ax.loglog(xs, [m[f"scaling/{arm}_ms@{T}"] for T in xs], "o-", label=f"{arm}: slope {slope}")
             data += [{"arm": arm, "length": T, "ms": m[f"scaling/{arm}_ms@{T}"], "slope": slope.value} for T in xs]
-        ax.set_xlabel("sequence length T (tokens)")
-        ax.set_ylabel("forward time (ms, median)")
-        ax.set_title(f"{shape_text}, prune after {extra.get('prune_after')}", fontsize=8)
-        ax.legend(fontsize=6)
+        label_axes(ax, "sequence length T (tokens)", "forward time (ms, median)",
+                   f"{shape_text}, prune after {extra.get('prune_after')}")
     path = save_figure(fig, out, "scaling", data)
     t.notes = [f"Figure: {figure_link(path)}. Slope = least squares of log(median ms) on log T; CI from the "
                "benchmark's bootstrap over timed repeats. Dense attention tends to slope 2 only past T ≈ 6d (spec "
@@ -798,10 +788,8 @@ def calibration(runs: list[dict], out: Path) -> list[str]:
                 data += [{"task": _c(r, "task.name"), "model": _c(r, "model.name"), "variant": _c(r, "method.variant"),
                           "when": when, "lo": b["lo"][i], "hi": b["hi"][i], "count": b["count"][i],
                           "confidence": b["confidence"][i], "accuracy": b["accuracy"][i]} for i in keep]
-            ax.set_xlabel("confidence (max prob)")
-            ax.set_ylabel("accuracy")
-            ax.set_title(f"{_c(r, 'task.name')} / {_c(r, 'model.name')} / {_c(r, 'method.variant')}", fontsize=8)
-            ax.legend(fontsize=6)
+            label_axes(ax, "confidence (max prob)", "accuracy",
+                       f"{_c(r, 'task.name')} / {_c(r, 'model.name')} / {_c(r, 'method.variant')}")
         path = save_figure(fig, out, "reliability", data)
         fig_note = [f"Reliability diagram of the exit head on eval (before/after): {figure_link(path)}."]
     t.notes = ["ECE in percent, 15 equal-width bins over the exit head's max probability [P §7.2]; the temperature "
@@ -813,12 +801,13 @@ def calibration(runs: list[dict], out: Path) -> list[str]:
 
 # ---- the report ---------------------------------------------------------------------------------------------------
 
+INTRO = (  # the page's opening paragraph
+         "Generated from the run records (`eat/report.py`); each table also lies in `tables/` as .md and .csv. "
+         "Offline stand-ins are labelled (rt-polarity for SST-2, vitaminc for MNLI-m, minilm-l6 for BERT-base, "
+         "minilm-l3 for DistilBERT).")
+
+
 def build(runs: list[dict], out: Path) -> list[str]:
-    out = Path(out)
-    runs = selection.dedupe(runs)
-    lines = ["Generated from the run records (`eat/report.py`); each table also lies in `tables/` as .md and .csv. "
-             "Offline stand-ins are labelled (rt-polarity for SST-2, vitaminc for MNLI-m, minilm-l6 for BERT-base, "
-             "minilm-l3 for DistilBERT).", ""]
     rows: list[Row] = []  # Tables 1-3's rows of ours, which paper_vs_repro compares
 
     def tables(r, o):
@@ -829,5 +818,5 @@ def build(runs: list[dict], out: Path) -> list[str]:
     def vs_repro(r, o):
         return paper_vs_repro(rows, o)
     tables.__name__, vs_repro.__name__ = "paper_tables", "paper_vs_repro"
-    return lines + sections((tables, vs_repro, ablation, frontier, scaling, calibration, retention_by_layer,
-                             retention_vs_length, exit_layers), runs, out)
+    return page(INTRO, (tables, vs_repro, ablation, frontier, scaling, calibration, retention_by_layer,
+                retention_vs_length, exit_layers), selection.dedupe(runs), out)

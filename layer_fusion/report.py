@@ -29,12 +29,11 @@ import numpy as np
 from experiments.evidence import selection
 from experiments.evidence.paper_values import paper_values
 from experiments.evidence.tables import (SEED_INTERVAL, Estimate, Table, caps, figure_link, fmt, hardware_label,
-                                         metric_cell, model_label, natural, paired_diff, pyplot, run_label, runs_of,
-                                         save_figure, sections, seed_interval)
+                                         label_axes, metric_cell, model_label, natural, page, paired_diff, pyplot,
+                                         run_label, runs_of, save_figure, seed_interval)
 from experiments.evidence.tables import config_value as _c
 from layer_fusion.config import LAMBDA_UNIFORM, PAPER_METRICS
 
-GENERIC_TABLES = ()
 PAPER = "layer_fusion"
 FUSIONS = ("deeper", "last", "mean", "scalar_mix", "concat", "dwatt")  # plotting and row order
 NAMES = {"deeper": "Base+n", "last": "Base (last)", "mean": "Average", "scalar_mix": "P-32 (scalar mix)",
@@ -372,10 +371,7 @@ def learning_curves(runs: list[dict], out: Path) -> list[str]:
             data += [{"model": g[0], "task": g[1], "regime": g[2], "hardware": g[3], "N": n, "epochs": ep,
                       "fusion": fusion, "step": s, "dev_f1_mean": b[0], "ci_lo": b[1], "ci_hi": b[2],
                       "trials": len(rs)} for s, b in zip(grid, band)]
-        ax.set_xlabel("training step")
-        ax.set_ylabel("dev F1 (%)")
-        ax.set_title(f"{g[1]} / {g[0]} / {g[2]}: N = {n}, {ep:g} epochs", fontsize=8)
-        ax.legend(fontsize=7)
+        label_axes(ax, "training step", "dev F1 (%)", f"{g[1]} / {g[0]} / {g[2]}: N = {n}, {ep:g} epochs", 7)
     path = save_figure(fig, out, "learning_curves", data)
     t.notes = [f"Figure: {figure_link(path)} (mean ± 95% CI over trials; trials interpolated onto the union of their "
                "evaluation steps). Ours, not the paper's: step AUC = area under dev F1 (points) over the fraction "
@@ -648,13 +644,14 @@ def bench(runs: list[dict], out: Path) -> list[str]:
 
 # ---- the report ---------------------------------------------------------------------------------------------------
 
+INTRO = (  # the page's opening paragraph
+         "Generated from the run records (`layer_fusion/report.py`); each table also lies in `tables/` as .md and "
+         ".csv. Offline stand-ins are labelled (wnut16 for CoNLL-03, e5-small / minilm-l6 for the paper's "
+         "encoders, smollm2-135m and gemma3-270m for LLaMA-2, rt-polarity for SST-2, vitaminc for MNLI, winogrande "
+         "for RTE); regime fe of the P-32 protocol is a frozen-backbone probe, not the paper's fine-tuning.")
+
+
 def build(runs: list[dict], out: Path) -> list[str]:
-    out = Path(out)
-    runs = selection.dedupe(runs)
-    lines = ["Generated from the run records (`layer_fusion/report.py`); each table also lies in `tables/` as .md and "
-             ".csv. Offline stand-ins are labelled (wnut16 for CoNLL-03, e5-small / minilm-l6 for the paper's "
-             "encoders, smollm2-135m and gemma3-270m for LLaMA-2, rt-polarity for SST-2, vitaminc for MNLI, winogrande "
-             "for RTE); regime fe of the P-32 protocol is a frozen-backbone probe, not the paper's fine-tuning.", ""]
-    return lines + sections((params, fewshot_grid, relative_gains, sample_auc, learning_curves, fe_vs_ft, p32,
-                             truncation, lambda_heatmap, bench), runs, out)
+    return page(INTRO, (params, fewshot_grid, relative_gains, sample_auc, learning_curves, fe_vs_ft, p32,
+                truncation, lambda_heatmap, bench), selection.dedupe(runs), out)
 

@@ -11,11 +11,14 @@ from pathlib import Path
 
 from experiments.evidence.paper_values import paper_values
 from experiments.evidence.stats import percentile_ci
-from experiments.evidence.tables import (Estimate, Table, delta, devices, example_replicates, fmt, pyplot, run_label,
-                                         runs_of, save_figure, scale, sections)
+from experiments.evidence.tables import (Estimate, Table, delta, devices, example_replicates, fmt, page, pyplot,
+                                         run_label, runs_of, save_figure, scale)
 
 GLUE = ("cola", "mnli", "mrpc", "qnli", "qqp", "rte", "sst2", "stsb", "wnli")
 GENERIC_TABLES = ("pema/scores*",)  # every eval/ metric of the pema_scores runs (both arms)
+INTRO = (  # the page's opening paragraph
+         "Generated from the run records (`pema/report.py`); each table also lies in `tables/` as .md and .csv. "
+         "Offline stand-ins are labelled; Δ = ours − paper.")
 
 
 def _f(x, digits=1) -> str:
@@ -43,10 +46,7 @@ def _via_note(via: set[str]) -> list[str]:
 
 
 def build(runs: list[dict], out: Path) -> list[str]:
-    out = Path(out)
-    lines = ["Generated from the run records (`pema/report.py`); each table also lies in `tables/` as .md and .csv. "
-             "Offline stand-ins are labelled; Δ = ours − paper.", ""]
-    return lines + sections((table5, table2, table3, table4, fig2, table1, runtime, table9, table10), runs, out)
+    return page(INTRO, (table5, table2, table3, table4, fig2, table1, runtime, table9, table10), runs, out)
 
 
 # ---- Tables 5/6 ------------------------------------------------------------------------------------------------

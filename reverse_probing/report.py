@@ -33,11 +33,10 @@ import numpy as np
 from experiments.evidence import selection
 from experiments.evidence.paper_values import paper_values
 from experiments.evidence.tables import (PERCENT, SEED_INTERVAL, Estimate, Table, figure_link, fmt, hardware_label,
-                                         metric_cell, natural, pyplot, runs_of, save_figure, sections, seed_interval)
+                                         metric_cell, natural, page, pyplot, runs_of, save_figure, seed_interval)
 from experiments.evidence.tables import caps as table_caps
 from experiments.evidence.tables import config_value as _c
 
-GENERIC_TABLES = ()
 PAPER = "reverse_probing"
 PAPER_TASK = "CoNLL-2012"
 PAPER_BLOCK = f"paper: {PAPER_TASK} dev, bert-base-cased sources"
@@ -762,16 +761,17 @@ def bench(runs: list[dict], out: Path) -> list[str]:
 
 # ---- the report ---------------------------------------------------------------------------------------------------
 
+INTRO = (  # the page's opening paragraph
+         "Generated from the run records (`reverse_probing/report.py`); each table also lies in `tables/` as .md "
+         "and .csv. Offline sources are MiniLM-L6-H384 models labelled with the paper source they stand for "
+         "(minilm-l6 for MRPC and vanilla BERT, minilm-l6-ner for NER, minilm-l6-qa for QA, minilm-l6-nli for "
+         "RE, minilm-l6-pii for NER-dslim, minilm-l6-coref / minilm-l6-quoref for the CorefTarget). Two "
+         "offline targets stand for CoNLL-2012, never mixed in one cell: WinoGrande cast as coreference "
+         "(winogrande-coref, CoNLL F1 ×100), and, because frozen MiniLM features carry no WinoGrande signal "
+         "(the signal table), Quoref, the **stand-in target** (quoref: the suite's QA head on the frozen "
+         "features, SQuAD F1 0-100), where the comparisons run.")
+
+
 def build(runs: list[dict], out: Path) -> list[str]:
-    out = Path(out)
-    runs = selection.dedupe(runs)
-    lines = ["Generated from the run records (`reverse_probing/report.py`); each table also lies in `tables/` as .md "
-             "and .csv. Offline sources are MiniLM-L6-H384 models labelled with the paper source they stand for "
-             "(minilm-l6 for MRPC and vanilla BERT, minilm-l6-ner for NER, minilm-l6-qa for QA, minilm-l6-nli for "
-             "RE, minilm-l6-pii for NER-dslim, minilm-l6-coref / minilm-l6-quoref for the CorefTarget). Two "
-             "offline targets stand for CoNLL-2012, never mixed in one cell: WinoGrande cast as coreference "
-             "(winogrande-coref, CoNLL F1 ×100), and, because frozen MiniLM features carry no WinoGrande signal "
-             "(the signal table), Quoref, the **stand-in target** (quoref: the suite's QA head on the frozen "
-             "features, SQuAD F1 0-100), where the comparisons run.", ""]
-    return lines + sections((signal, table1, table2, table3, layer_sweep, mean_vs_attention, single_vs_pairs, cossim,
-                             alpha, sum_vs_mean, source_tasks, bench), runs, out)
+    return page(INTRO, (signal, table1, table2, table3, layer_sweep, mean_vs_attention, single_vs_pairs, cossim,
+                alpha, sum_vs_mean, source_tasks, bench), selection.dedupe(runs), out)

@@ -435,3 +435,16 @@ def sections(fns, runs: list[dict], out: Path) -> list[str]:
         except Exception as e:  # noqa: BLE001 - reported in the page, the other tables still build
             lines += [f"_({getattr(fn, '__name__', 'a table')} could not be built: {type(e).__name__}: {e})_", ""]
     return lines
+
+
+def label_axes(ax, xlabel: str, ylabel: str, title: str, legend_size: int = 6) -> None:
+    """A figure panel's axis labels, a small title (panels are tiled) and its legend."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=8)
+    ax.legend(fontsize=legend_size)
+
+
+def page(intro: str, fns, runs: list[dict], out: Path) -> list[str]:
+    """A paper's report page: its opening paragraph, then each table builder's section in turn (`sections`)."""
+    return [intro, "", *sections(fns, runs, Path(out))]
