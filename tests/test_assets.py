@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from experiments.assets import MANIFEST, MissingAssetError, cache_dir, require, verify, write_manifest
+from experiments.assets import MANIFEST, MissingAssetError, require, verify, write_manifest
 from scripts import assets as build_assets
 from scripts import downloads
 from scripts.datasets_to_jsonl import bucket

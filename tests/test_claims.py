@@ -53,7 +53,8 @@ def claim(test: dict, needs_signal: bool = True, cid: str = "c", **compare) -> d
 
 
 def rows(runs, *entries, tmp_path=None, **kw):
-    return verdicts.evaluate_claims("p", runs, tmp_path or Path("/nonexistent"), registry=claims_registry(*entries, **kw))
+    return verdicts.evaluate_claims("p", runs, tmp_path or Path("/nonexistent"),
+                                    registry=claims_registry(*entries, **kw))
 
 
 def seeds(diffs, base=0.80):
@@ -285,7 +286,8 @@ def test_resampled_macro_f1_and_entity_f1_match_sklearn_and_seqeval():
     pred = [["B-PER", "I-PER", "O"], ["B-PER", "O", "B-PER"], ["B-LOC", "O", "O"]]
     pe = {**metrics.entity_counts(pred, gold), **metrics.token_counts(pred, gold)}
     ones = np.ones((1, 3))
-    assert stats.resampled_metric("eval/entity_f1", pe, ones)[0] == pytest.approx(metrics.seqeval_f1(pred, gold)["entity_f1"])
+    assert stats.resampled_metric("eval/entity_f1", pe, ones)[0] == \
+        pytest.approx(metrics.seqeval_f1(pred, gold)["entity_f1"])
     assert stats.resampled_metric("eval/token_f1", pe, ones)[0] == pytest.approx(metrics.token_f1(pred, gold))
 
 
@@ -555,7 +557,7 @@ def test_unknown_selection_is_refused_naming_the_key():
 
 
 def test_baselines_from_reads_the_other_papers_records(tmp_path, monkeypatch):
-    from experiments.results import write_json
+    from experiments.files import write_json
     base = rec("full", 0, 0.7)
     base["config"]["method"]["name"] = "finetune"
     write_json(tmp_path / "finetune" / "runs" / "default_cpu" / "cpu" / "a.json", base)

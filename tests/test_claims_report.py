@@ -15,24 +15,25 @@ STAND_INS = {"rt-polarity": "SST-2", "minilm-l6": "BERT-base (6 of its 12 layers
 
 
 def claim(cid: str, kind: str = "paper", values=None, labels=("",), text: str | None = None, **kw) -> claims.Claim:
-    comps = tuple(claims.Comparison(label=lb, metric="objective", units="points", test=claims.Test("difference", at_least=-1.0),
-                               a={"method.variant": "reduced"}, b={"method.variant": "full"},
-                               pair_by=("model.name", "task.name", "seed")) for lb in labels)
+    comps = tuple(claims.Comparison(label=lb, metric="objective", units="points",
+                                    test=claims.Test("difference", at_least=-1.0),
+                                    a={"method.variant": "reduced"}, b={"method.variant": "full"},
+                                    pair_by=("model.name", "task.name", "seed")) for lb in labels)
     return claims.Claim(id=cid, claim=text or f"The claim {cid} holds on every task.", where="Table 1",
-                   values=values if values is not None else {"SST-2": {"reduced": 77.6, "full": 75.4}},
-                   comparisons=comps, needs_signal=True, kind=kind, **kw)
+                        values=values if values is not None else {"SST-2": {"reduced": 77.6, "full": 75.4}},
+                        comparisons=comps, needs_signal=True, kind=kind, **kw)
 
 
 def outcome(verdict: str = "holds", est: float = 2.5, ci=(1.0, 4.0), label: str = "", **kw) -> verdicts.Outcome:
     return verdicts.Outcome(label=label, verdict=verdict, estimate=est, ci=ci, n="n=1 seed x 1244 examples",
-                     statistic=kw.pop("statistic", "a − b, accuracy points"),
-                     interval=kw.pop("interval", "paired bootstrap over 1244 examples"), **kw)
+                            statistic=kw.pop("statistic", "a − b, accuracy points"),
+                            interval=kw.pop("interval", "paired bootstrap over 1244 examples"), **kw)
 
 
 def row(c: claims.Claim, verdict: str = "holds", outcomes=None, scale: str = OFFLINE, **kw) -> verdicts.Row:
     outs = outcomes if outcomes is not None else [outcome(verdict)]
-    return verdicts.Row(claim=c, scale=scale, verdict=verdict, reason=kw.pop("reason", ""), outcomes=outs, evidence=[],
-                 **kw)
+    return verdicts.Row(claim=c, scale=scale, verdict=verdict, reason=kw.pop("reason", ""), outcomes=outs,
+                        evidence=[], **kw)
 
 
 def papers() -> dict:

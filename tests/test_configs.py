@@ -9,7 +9,7 @@ from omegaconf.errors import ValidationError
 
 from experiments import REPO, registry
 from experiments.config import CONF, compose
-from tests.helpers.grids import EXPERIMENTS, GROUPS, compose_experiment, experiments_of, job_configs
+from tests.helpers.grids import EXPERIMENTS, GROUPS, compose_experiment, experiments_of, job_configs, methods_run
 
 GROUP_FILES = {g: sorted(p.stem for p in (CONF / g).glob("*.yaml")) for g in GROUPS}
 CHECKED = sorted(name for name, m in registry.METHODS.items() if m.check)  # methods with refusals of their own
@@ -69,7 +69,7 @@ def test_every_method_with_a_check_runs_in_an_experiment_of_its_paper(method):
     """So the walk above checks some job of it."""
     method_check(method)
     paper = registry.METHODS[method].paper
-    assert any(cfg.method.name == method for exp in experiments_of(paper) for _, cfg in job_configs(exp, copy=False)), \
+    assert any(method in methods_run(exp) for exp in experiments_of(paper)), \
         f"no experiment in conf/experiment/{paper}/ runs method={method}: nothing checks its jobs"
 
 

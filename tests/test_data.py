@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from experiments import data
+from experiments import REPO, data
 from experiments.config import ConfigError, compose
 from experiments.evaluate import best_span
 from experiments.models import byte_tokenizer
@@ -19,7 +19,7 @@ def test_fixture_splits_and_limits_take_a_fixed_subset():
     ds = data.load_splits(cfg.task, cfg.data)
     assert len(ds["train"]) == 10 and len(ds["eval"]) == 16
     again = data.load_splits(compose("debug=smoke", "task=rt-polarity", "data.limit_train=10", "seed=3").task,
-                          cfg.data)
+                             cfg.data)
     assert ds["train"]["text"] == again["train"]["text"]  # the subset does not move with the run seed
     other = compose("debug=smoke", "task=rt-polarity", "data.limit_train=10", "data.subset_seed=1").data
     assert data.load_splits(cfg.task, other)["train"]["text"] != ds["train"]["text"]
@@ -48,7 +48,7 @@ def test_load_rows_reads_one_named_split_uncapped_as_plain_dicts():
 
 def _train_only_fixture(tmp_path):
     path = tmp_path / "no-eval.jsonl"
-    rows = [r for r in data.read_jsonl(data.REPO / "tests/fixtures/rt-polarity.jsonl") if r["split"] == "train"]
+    rows = [r for r in data.read_jsonl(REPO / "tests/fixtures/rt-polarity.jsonl") if r["split"] == "train"]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
 

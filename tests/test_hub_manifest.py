@@ -38,7 +38,8 @@ def test_every_entry_says_whether_a_refresh_confirmed_it():
         for key, entry in doc[kind].items():
             assert isinstance(entry.get("confirmed"), bool), f"{kind} {key}: confirmed must be true or false"
             rev = entry.get("revision")
-            assert rev is None or hub_script.SHA.match(rev) or rev == hub_script.PARQUET_REF, f"{kind} {key}: revision {rev!r}"
+            assert rev is None or hub_script.SHA.match(rev) or rev == hub_script.PARQUET_REF, \
+                f"{kind} {key}: revision {rev!r}"
 
 
 def _conf(tmp_path: Path, tasks: dict[str, str], models: dict[str, str] = {}) -> Path:
@@ -187,7 +188,8 @@ class FakeApi:
 
     def list_repo_refs(self, repo_id, repo_type=None):
         self.asked.append(("list_repo_refs", repo_id, repo_type))
-        return SimpleNamespace(converts=[SimpleNamespace(name="parquet", ref=hub_script.PARQUET_REF, target_commit="c" * 40)])
+        return SimpleNamespace(converts=[SimpleNamespace(name="parquet", ref=hub_script.PARQUET_REF,
+                                                         target_commit="c" * 40)])
 
     def model_info(self, repo_id, files_metadata=False):
         self.asked.append(("model_info", repo_id, files_metadata))
@@ -247,8 +249,9 @@ def test_refresh_resolves_every_id_and_pins_the_configs(tmp_path, monkeypatch):
 def test_add_prefix_space_is_the_tokenizer_config_s_else_the_byte_level_pre_tokenizer_s():
     byte_level = {"pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True}}
     nested = {"pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "Split"}, byte_level["pre_tokenizer"]]}}
-    assert hub_script.prefix_space({"add_prefix_space": True}, lambda: pytest.fail("tokenizer.json read needlessly")) is True
-    assert hub_script.prefix_space(None, lambda: byte_level) is False and hub_script.prefix_space({}, lambda: nested) is False
+    prefix_space = hub_script.prefix_space
+    assert prefix_space({"add_prefix_space": True}, lambda: pytest.fail("tokenizer.json read needlessly")) is True
+    assert prefix_space(None, lambda: byte_level) is False and prefix_space({}, lambda: nested) is False
     assert hub_script.prefix_space({}, lambda: {"pre_tokenizer": {"type": "BertPreTokenizer"}}) is None
     assert hub_script.prefix_space(None, lambda: None) is None
 
@@ -366,7 +369,8 @@ def test_a_hub_model_loads_at_its_pinned_revision(monkeypatch):
 def test_the_command_exits_non_zero_on_a_problem_or_an_id_not_refreshed(monkeypatch, capsys):
     monkeypatch.setenv("STRATA_HUB", "0")  # --refresh sets it: restored after the test
     assert hub_script.main(["--check"]) == 0
-    monkeypatch.setattr(hub_script, "refresh", lambda only: (hub_script.load(), ["model org/x: ConnectError: no network"]))
+    monkeypatch.setattr(hub_script, "refresh",
+                        lambda only: (hub_script.load(), ["model org/x: ConnectError: no network"]))
     monkeypatch.setattr(hub_script, "pin", lambda doc: [])
     monkeypatch.setattr(hub, "online", lambda: True)  # the command turns the hub on; nothing may reach it here
     assert hub_script.main(["--refresh"]) == 1

@@ -11,7 +11,8 @@ LORA = {"r": 16, "alpha": 32, "targets": ["q_proj", "k_proj", "v_proj", "o_proj"
 
 def probe(model: str, mode: str, **kw) -> memory_probe.Probe:
     kw = {"batch": 4, "length": 64, "precision": "bf16", **kw}
-    return memory_probe.Probe(model=model, mode=mode, arch=arch(model), causal=model.startswith(("llama", "mistral")), **kw)
+    return memory_probe.Probe(model=model, mode=mode, arch=arch(model), causal=model.startswith(("llama", "mistral")),
+                              **kw)
 
 
 def arch(model: str) -> dict:
@@ -64,7 +65,7 @@ def test_a_probe_that_cannot_be_built_is_recorded_and_the_rest_run(tmp_path):
     bad = probe("bert-base-uncased", "finetune")
     bad.arch["model_type"] = "no-such-architecture"
     res = memory_probe.run([bad, probe("bert-base-uncased", "finetune")], tmp_path / "p.json", "cpu", None, tiny=True,
-                log=lambda s: None)
+                           log=lambda s: None)
     assert res[0]["status"] == "error" and "no-such-architecture" in res[0]["error"] and res[1]["status"] == "ok"
 
 
@@ -86,10 +87,10 @@ def test_budget_stops_before_the_next_probe_and_keeps_what_was_measured(tmp_path
 def test_saved_plan_roundtrip_and_bad_arguments(tmp_path, capsys):
     plan = tmp_path / "plan.json"
     memory_probe.write(plan, [vars(probe("roberta-large", "finetune")), vars(probe("llama-2-7b", "lora", lora=LORA))],
-            "none", False, 0.0)
+                       "none", False, 0.0)
     out = tmp_path / "out.json"
     assert memory_probe.main(["--plan", str(plan), "--only", "roberta-large", "--tiny", "--device", "cpu",
-                   "--out", str(out)]) == 0
+                              "--out", str(out)]) == 0
     assert [(r["model"], r["status"]) for r in json.loads(out.read_text())["probes"]] == [("roberta-large", "ok")]
     with pytest.raises(SystemExit):
         memory_probe.main(["--out", str(out)])  # neither --paper nor --plan
@@ -100,7 +101,8 @@ def test_saved_plan_roundtrip_and_bad_arguments(tmp_path, capsys):
 
 def test_architecture_comes_from_the_manifest_then_the_model_file():
     from omegaconf import OmegaConf
-    got = memory_probe.arch_of(OmegaConf.create({"name": "llama-2-13b", "hf_id": "meta-llama/Llama-2-13b-hf", "family": "llama"}))
+    got = memory_probe.arch_of(OmegaConf.create({"name": "llama-2-13b", "hf_id": "meta-llama/Llama-2-13b-hf",
+                                                 "family": "llama"}))
     assert got["model_type"] == "llama" and got["hidden_size"] == 5120 and got["max_position_embeddings"] == 4096
     own = {"model_type": "bert", "hidden_size": 64, "num_hidden_layers": 2}
     got = memory_probe.arch_of(OmegaConf.create({"name": "mine", "hf_id": "not/in-the-manifest", "from_config": own}))

@@ -2,7 +2,6 @@
 and licences of a GPU tier, and its refusals (no hub token for a gated model, a dirty tree, too little disk) before
 any GPU work; the README's GPU tier section names every gated id."""
 import re
-from pathlib import Path
 
 import pytest
 

@@ -87,8 +87,8 @@ def test_digest_ignores_wording_and_registered_but_not_the_definition():
     assert registration.definition_digest(base) == registration.definition_digest(same)
     assert registration.definition_digest(base) != registration.definition_digest({**base, "needs_signal": True})
     assert registration.definition_digest(base) != registration.definition_digest({**base, "exact": "deterministic"})
-    assert registration.definition_digest(base) != registration.definition_digest({**base, "compare": {"test": {"kind": "exact",
-                                                                                        "target": 2.0}}})
+    assert registration.definition_digest(base) != registration.definition_digest(
+        {**base, "compare": {"test": {"kind": "exact", "target": 2.0}}})
 
 
 def test_registered_at_skips_wording_edits_and_moves_with_the_definition(repo):
@@ -214,7 +214,8 @@ def test_every_papers_claims_history_can_be_walked():
     papers = registration.papers_in()
     assert len(papers) >= 6
     for paper in papers:
-        regs = registration.registrations(paper, working=False)  # HEAD's definitions: working edits are not committed yet
+        # HEAD's definitions: working edits are not committed yet
+        regs = registration.registrations(paper, working=False)
         assert regs, paper
         assert None not in regs.values(), (paper, [c for c, r in regs.items() if r is None])
 

@@ -51,11 +51,12 @@ def average_ranks(v):
 @pytest.mark.parametrize("preds,labels", ADVERSARIAL)
 def test_pearson_and_spearman_agree_with_scipy_and_their_definitions(preds, labels):
     assert metrics.pearson(preds, labels) == pytest.approx(stats.pearsonr(np.asarray(preds, float),
-                                                                    np.asarray(labels, float)).statistic, abs=1e-12)
+                                                                          np.asarray(labels, float)).statistic,
+                                                           abs=1e-12)
     assert metrics.spearman(preds, labels) == pytest.approx(stats.spearmanr(preds, labels).statistic, abs=1e-12)
     assert metrics.pearson(preds, labels) == pytest.approx(by_definition(preds, labels), abs=1e-9)
     assert metrics.spearman(preds, labels) == pytest.approx(by_definition(average_ranks(preds), average_ranks(labels)),
-                                                      abs=1e-12)
+                                                            abs=1e-12)
 
 
 def test_a_constant_side_has_no_correlation():

@@ -51,6 +51,15 @@ def choices(job: list[str]) -> dict:
     return dict(_parsed(o) for o in job)
 
 
+def methods_run(exp: str) -> set[str]:
+    """The methods an experiment's jobs run: its own, or those its grid chooses among."""
+    base, params = compose_experiment(exp)
+    if "method" not in params:
+        return {base.method.name}
+    (o,) = OverridesParser.create().parse_overrides([f"method={params['method']}"])
+    return set(o.sweep_string_iterator()) if o.is_sweep_override() else {str(o.value())}
+
+
 def job_configs(exp: str, copy: bool = True) -> Iterator[tuple[list[str], DictConfig]]:
     """(job, its config) for every job of the experiment's grid. A method choice is composed (its schema's defaults,
     the variant among them, differ from the experiment's method); any other choice is set on the composed config.
