@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
+from copy import deepcopy
 from functools import lru_cache
 
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
@@ -72,7 +73,7 @@ def job_configs(exp: str, copy: bool = True) -> Iterator[tuple[list[str], DictCo
         if "method" in choice and choice["method"] not in methods:
             methods[choice["method"]] = compose_experiment(exp, f"method={choice['method']}")[0]
         cfg = methods.get(choice.get("method"), base)
-        cfg = cfg.copy() if copy else cfg
+        cfg = deepcopy(cfg) if copy else cfg
         for k, v in choice.items():
             OmegaConf.update(cfg, f"{k}.name" if k in GROUPS else k, v, force_add=True)
         yield job, cfg
