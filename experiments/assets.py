@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from experiments import provenance
+from experiments.files import write_text
 
 MANIFEST = "MANIFEST.json"
 
@@ -75,9 +76,7 @@ def write_manifest(directory: Path, extra: dict | None = None) -> dict:
         if p.is_file() and p.name not in (MANIFEST, VERIFIED) and not p.name.endswith(".tmp")
     }
     manifest = {"files": files, **(extra or {})}
-    tmp = directory / (MANIFEST + ".tmp")
-    tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True))
-    os.replace(tmp, directory / MANIFEST)
+    write_text(directory / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True))
     return manifest
 
 
@@ -117,10 +116,8 @@ def verify(directory: Path, deep: bool = False) -> list[str]:
                 continue
         hashed[rel] = stamp
     if not problems and hashed != seen:
-        tmp = directory / f"{VERIFIED}.{os.getpid()}.tmp"
         try:  # a read-only cache still verifies, it just rehashes next time
-            tmp.write_text(json.dumps(hashed, sort_keys=True))
-            os.replace(tmp, directory / VERIFIED)
+            write_text(directory / VERIFIED, json.dumps(hashed, sort_keys=True))
         except OSError:
             pass
     return problems

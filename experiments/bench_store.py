@@ -37,12 +37,11 @@ PASSES = ("compute", "read_fp32", "read_fp16")
 GENERIC_TABLES = ()  # build's tables cover every number of the records
 
 
-def load(cfg: DictConfig, ctx: RunContext) -> tuple[torch.nn.Module, list[dict], dict]:
+def load(cfg: DictConfig, ctx: RunContext) -> tuple[torch.nn.Module, list[dict], dict, str]:
     """The model and method.n tokenized sentences (a seeded sample of the task's train split), plus where they came
-    from."""
+    from and the tokenizer's fingerprint (it keys the store's entries)."""
     m, task = cfg.method, cfg.task
     tok, model = load_encoder(cfg.model)
-    ctx.tokenizer_fingerprint = tokenizer_fingerprint(tok)
     split = task.splits["train"]
     rows = load_rows(task, cfg.data, split)
     pick = random.Random(cfg.seed).sample(range(len(rows)), min(m.n, len(rows)))
@@ -50,8 +49,9 @@ def load(cfg: DictConfig, ctx: RunContext) -> tuple[torch.nn.Module, list[dict],
     enc = tok(texts, truncation=True, max_length=m.max_length)
     examples = [{k: enc[k][i] for k in ("input_ids", "token_type_ids") if k in enc} for i in range(len(texts))]
     weights = (cfg.model.offline or cfg.model.hf_id) if cfg.model.source != "config" else "random init"
-    return model, examples, {"model": f"{cfg.model.name} ({cfg.model.source}: {weights})",
-                             "data": f"{task.name} {split} ({cfg.data.source or task.source})"}
+    source = {"model": f"{cfg.model.name} ({cfg.model.source}: {weights})",
+              "data": f"{task.name} {split} ({cfg.data.source or task.source})"}
+    return model, examples, source, tokenizer_fingerprint(tok)
 
 
 @torch.no_grad()  # scoped: a global switch would leak into whatever imports and calls this
@@ -59,7 +59,7 @@ def measure(cfg: DictConfig, ctx: RunContext) -> dict:
     """Every number of the benchmark (the record's extra.benchmark)."""
     m = cfg.method
     load_before = os.getloadavg()
-    model, examples, source = load(cfg, ctx)
+    model, examples, source, tok_key = load(cfg, ctx)
     model.eval()
     device = ctx.device
     n_layers = model.config.num_hidden_layers + 1  # embedding output + every block
@@ -68,7 +68,7 @@ def measure(cfg: DictConfig, ctx: RunContext) -> dict:
     n, bs = len(examples), m.batch_size
     batches = [list(range(s, min(s + bs, n))) for s in range(0, n, bs)]
     fingerprint = model_fingerprint(model)  # once; the timed passes name the model by it
-    common = dict(tokenizer_key=ctx.tokenizer_fingerprint, max_length=m.max_length, batch_size=m.batch_size,
+    common = dict(tokenizer_key=tok_key, max_length=m.max_length, batch_size=m.batch_size,
                   device=device, model_key=fingerprint)
 
     parent = Path(ctx.store_dir).parent / "tmp"  # beside the shared store: the same disk, removed afterwards

@@ -11,6 +11,8 @@ from typing import Any, Optional
 
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from experiments import REPO
+
 
 @dataclass
 class ModelConfig:
@@ -251,7 +253,7 @@ def load_group(group: str, name: str, schema, key: str) -> DictConfig:
     return OmegaConf.merge(OmegaConf.structured(schema), node)
 
 
-CONF = Path(__file__).resolve().parent.parent / "conf"
+CONF = REPO / "conf"
 
 
 def compose(*overrides: str, hydra_node: bool = False, conf: Path = CONF) -> DictConfig:

@@ -29,7 +29,6 @@ class RunContext:
     # the record's "per_example" so experiments.evidence.claims can bootstrap over examples
     per_example: dict[str, Any] = field(default_factory=dict)
     wandb_run: Any = None
-    tokenizer_fingerprint: str | None = None  # set by the method that builds a tokenizer (models.tokenizer_fingerprint)
     reads: Reads = field(default_factory=Reads)  # the assets and tokenizers the run read (experiments.provenance)
 
     _step_base: int = field(default=0, init=False, repr=False)  # log_metrics' offset for a new training phase

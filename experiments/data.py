@@ -12,12 +12,12 @@ import datasets
 import torch
 from omegaconf import DictConfig
 
+from experiments import REPO
 from experiments.assets import cache_dir, require
 from experiments.config import ConfigError, offline_refusal
 from experiments.progress import Progress
 
 log = logging.getLogger(__name__)
-REPO = Path(__file__).resolve().parent.parent
 # coref: documents in the word-level coreference schema (experiments/coref.py); they load like the rest (nested lists
 # survive load_dataset("json")), but the coreference probe tokenizes them itself, so `encode` has no coref encoder
 TASK_TYPES = ("cls", "pair", "ner", "qa", "coref")

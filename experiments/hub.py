@@ -5,12 +5,13 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from pathlib import Path
 
 import yaml
 
+from experiments import REPO
+
 SWITCH = "STRATA_HUB"
-MANIFEST = Path(__file__).resolve().parent.parent / "conf" / "hub_manifest.yaml"
+MANIFEST = REPO / "conf" / "hub_manifest.yaml"
 _TRUE = {"1", "ON", "YES", "TRUE"}  # what huggingface_hub and datasets read as set
 _FALSE = {"0", "OFF", "NO", "FALSE"}
 

@@ -12,7 +12,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from experiments import REPO, assets
-from experiments.files import config_key, write_json
+from experiments.files import config_key
 
 log = logging.getLogger(__name__)
 # 2: provenance (overrides, asset manifests, tokenizer fingerprint, method version, clean-tree flag); 1: legacy

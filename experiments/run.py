@@ -31,13 +31,14 @@ from hydra.errors import CompactHydraException
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from experiments import hooks, registry
+from experiments import REPO, hooks, registry
 from experiments.assets import cache_dir
+from experiments.config import ON_ERROR, ConfigError, hub_offline, unknown_experiment, validate
 from experiments.context import RunContext, pick_device
+from experiments.files import write_json
 from experiments.identity import published_path, run_name
 from experiments.provenance import recording
-from experiments.config import ON_ERROR, ConfigError, hub_offline, unknown_experiment, validate
-from experiments.results import SCHEMA_VERSION, config_hash, finished, git_dirty, provenance, write_json
+from experiments.results import SCHEMA_VERSION, config_hash, finished, git_dirty, provenance
 from experiments.timing import device_name
 
 log = logging.getLogger("strata")
@@ -128,7 +129,7 @@ def settings_line(cfg: DictConfig) -> str:
     choice = (HydraConfig.get().runtime.choices.get("budget@_global_") if HydraConfig.initialized()
               else f"{cfg.hardware.name}_{cfg.task.name}")
     budget = Path("conf") / "budget" / f"{choice}.yaml"
-    source = f"budget {budget}" if choice and (Path(__file__).resolve().parents[1] / budget).exists() else "no budget"
+    source = f"budget {budget}" if choice and (REPO / budget).exists() else "no budget"
     return f"{source}, then the experiment and overrides: " + " ".join(f"{k}={OmegaConf.select(cfg, k)}"
                                                                         for k in SETTINGS)
 
@@ -207,7 +208,7 @@ def execute(cfg: DictConfig, output_dir: Path, overrides: list[str] | tuple[str,
     record["provenance"] = {**provenance(ctx.device_name, dirty), "allow_dirty": bool(cfg.allow_dirty),
                             "hardware": cfg.hardware.name, "threads": torch.get_num_threads(),
                             "assets": dict(sorted(ctx.reads.assets.items())),
-                            "tokenizer": ctx.tokenizer_fingerprint or ctx.reads.tokenizer_fingerprint(),
+                            "tokenizer": ctx.reads.tokenizer_fingerprint(),
                             "wall_s": round(time.perf_counter() - start, 3)}
     write_json(result_path, record)
     if cfg.publish and record["status"] == "ok":

@@ -12,9 +12,9 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from experiments import REPO
 from experiments.assets import cache_dir, write_manifest
 
-REPO = Path(__file__).resolve().parents[1]
 FILES = {"train": "train.json", "dev": "dev.json", "eval": "test.json"}  # the suite's split -> the LDC copy's file
 MARKERS = {"subj": ("[E1]", "[/E1]"), "obj": ("[E2]", "[/E2]")}
 

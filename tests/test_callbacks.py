@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 
 from experiments import REPO
 from experiments.callbacks import SweepSummary
-from experiments.results import write_json
+from experiments.files import write_json
 
 BASIC = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
 

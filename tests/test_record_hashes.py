@@ -9,7 +9,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from experiments.config import compose
-from experiments.results import REPO, config_hash, outdated_reason
+from experiments import REPO
+from experiments.results import config_hash, outdated_reason
 
 PAPERS = sorted(p.parent.name for p in (REPO / "results").glob("*/runs"))
 PER_PAPER = 4

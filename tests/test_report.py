@@ -10,7 +10,7 @@ from experiments import REPO
 from experiments.evidence import report
 from experiments.metrics import declared, higher_is_better
 from experiments.evidence.paper_values import PaperValues, parse
-from experiments.results import write_json
+from experiments.files import write_json
 
 
 def _run(seed, acc, task="rt-polarity", variant="full", exp="demo/default_cpu", wall=10.0, k=None, schema=2,

@@ -29,7 +29,8 @@ from experiments.evidence.stats import example_ci
 from experiments.metrics import declared, higher_is_better
 from experiments.evidence.paper_values import PaperValues, paper_values
 from experiments.identity import published_path
-from experiments.results import NOT_GROUPED, legacy_reason, load_runs, read_json, write_json
+from experiments.results import NOT_GROUPED, legacy_reason, load_runs, read_json
+from experiments.files import write_json
 from experiments.evidence.tables import (GENERATED, Table, arrow, caps, delta, figure_link, fmt, label, natural, pyplot,
                                 save_figure, scale, summary)
 

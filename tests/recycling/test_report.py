@@ -81,7 +81,7 @@ def test_tables_are_built_from_run_files(smoke_cfg, tmp_path):
 
 
 def test_full_comes_from_the_finetune_tier_when_trained_alike_at_the_dev_chosen_lr(tmp_path):
-    from experiments.results import write_json
+    from experiments.files import write_json
 
     def lr_rec(method, variant, lr, dev, score, limit=1000):
         r = _rec("minilm-l6", "rt-polarity", variant, score, stand_in="sst2")
