@@ -80,7 +80,14 @@ class HardwareConfig:
 
 @dataclass
 class MethodConfig:
-    """Base of every method's schema; a paper package subclasses it."""
+    """Base of every method's schema; a paper package subclasses it.
+
+    `variant` is which form of the method runs, one of a closed list its package checks: a training arm (recycling's
+    frozen / reduced / adapters, EAT's dense / eat / paper_code), an inference paradigm (intrinsic_dim's icl-<k> /
+    sft), an extraction mode (reverse probing's full / norm / trunc) or a benchmark's measurement (recycling_bench's
+    training / inference / storage / cost). It is part of a run's name (experiments.identity). PEMA's methods have one
+    form each: in its experiment files `variant` names the paper table (table2_cpu, …), as every committed PEMA
+    record's config hash holds it."""
     name: str = MISSING
     variant: str = "default"
 
