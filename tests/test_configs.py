@@ -27,7 +27,7 @@ def test_every_group_option_composes_with_its_schema(group, name):
 
 @pytest.mark.parametrize("exp", EXPERIMENTS)
 def test_every_experiment_composes(exp):
-    cfg = compose(f"experiment={exp}")
+    cfg, _ = compose_experiment(exp)
     assert cfg.exp_id == exp
     assert cfg.run_id.startswith(f"{cfg.task.name}--{cfg.model.name}--{cfg.method.name}-")
 
@@ -49,32 +49,33 @@ def method_check(method: str):
     return fn
 
 
-@pytest.mark.parametrize("method,exp", [(name, exp) for name in CHECKED
-                                        for exp in experiments_of(registry.METHODS[name].paper)])
-def test_every_grid_job_of_a_method_passes_its_check(method, exp):
-    """Every job of an experiment file in the method's paper folder that runs the method passes the method's own
-    refusals (Method.check, called through registry.check as the runner calls it) before any work. No other folder
-    runs it (the slow grid walk in tests/test_identity.py asserts that)."""
-    method_check(method)
-    for job, cfg in job_configs(exp, copy=False):
-        if cfg.method.name == method:
-            try:
-                registry.check(cfg)
-            except Exception as e:
-                raise AssertionError(f"experiment={exp} job {job} is refused by method={method}'s check: {e}") from e
-
-
 @pytest.mark.parametrize("method", CHECKED)
-def test_every_method_with_a_check_runs_in_an_experiment_of_its_paper(method):
-    """So the walk above checks some job of it."""
+def test_every_method_with_a_check_names_it_and_runs_in_an_experiment_of_its_paper(method):
+    """So the walk below checks some job of it."""
     method_check(method)
     paper = registry.METHODS[method].paper
     assert any(method in methods_run(exp) for exp in experiments_of(paper)), \
         f"no experiment in conf/experiment/{paper}/ runs method={method}: nothing checks its jobs"
 
 
+@pytest.mark.parametrize("exp", [e for paper in sorted({registry.METHODS[m].paper for m in CHECKED})
+                                 for e in experiments_of(paper)])
+def test_every_grid_job_passes_its_methods_check(exp):
+    """Every job of an experiment file of a paper with checked methods passes its method's own refusals (Method.check,
+    called through registry.check as the runner calls it) before any work. No other folder runs a checked method
+    (the slow grid walk in tests/test_identity.py asserts that)."""
+    for job, cfg in job_configs(exp, copy=False):
+        method = cfg.method.name
+        if method in CHECKED:
+            method_check(method)
+            try:
+                registry.check(cfg)
+            except Exception as e:
+                raise AssertionError(f"experiment={exp} job {job} is refused by method={method}'s check: {e}") from e
+
+
 def test_a_method_check_refuses_what_it_should():
-    """The walk above can fail: a job with an invalid value is refused through registry.check."""
+    """The walk can fail: a job with an invalid value is refused through registry.check."""
     cfg, _ = compose_experiment("eat/ablation_cpu", "method.variant=dense")
     assert cfg.method.name == "eat_bench"
     assert registry.METHODS["eat_bench"].check, "method=eat_bench registers no check: its refusals never run"

@@ -26,9 +26,14 @@ def experiments_of(paper: str) -> list[str]:
 
 
 def compose_experiment(exp: str, *overrides: str) -> tuple[DictConfig, dict]:
-    """(the job config, as the runner gets it, and its sweep params)."""
+    """(the job config, as the runner gets it, and its sweep params); composed once per process, a copy each call."""
+    return deepcopy(_composed(exp, overrides))
+
+
+@lru_cache(maxsize=None)
+def _composed(exp: str, overrides: tuple[str, ...]) -> tuple[DictConfig, dict]:
     cfg = compose(f"experiment={exp}", *overrides, hydra_node=True)
-    params = cfg.hydra.sweeper.params or {}
+    params = dict(cfg.hydra.sweeper.params or {})
     with open_dict(cfg):
         del cfg["hydra"]
     return cfg, params
