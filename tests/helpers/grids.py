@@ -68,7 +68,9 @@ def methods_run(exp: str) -> set[str]:
 
 def job_configs(exp: str, copy: bool = True) -> Iterator[tuple[list[str], DictConfig]]:
     """(job, its config) for every job of the experiment's grid. A method choice is composed (its schema's defaults,
-    the variant among them, differ from the experiment's method); any other choice is set on the composed config.
+    the variant among them, differ from the experiment's method); any other choice is set on the composed config, a
+    model, task or hardware choice as its name only (the rest of that node stays the experiment's: composing every
+    combination would cost a compose per job).
     With copy=False the configs are one object per method, updated in place job after job (fast, for a caller that
     reads each job before asking for the next)."""
     base, params = compose_experiment(exp)
