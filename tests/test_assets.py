@@ -230,6 +230,7 @@ def linked_copy(src: Path, dest: Path) -> None:
 
 
 @pytest.mark.assets
+@pytest.mark.slow  # hashes the 1 GB model and its five wheels: 7 s with them in the page cache, 22 s from disk
 def test_gemma3_build_is_idempotent_and_a_damaged_copy_is_caught(tmp_path, monkeypatch, capsys):
     real = require("models", "gemma3-270m")
     stamp = (real / MANIFEST).stat().st_mtime_ns
