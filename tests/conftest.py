@@ -13,11 +13,9 @@ import torch
 import experiments.registry  # noqa: F401  (registers the schemas before any compose)
 from experiments import REPO
 from experiments.assets import cache_dir
-from experiments.config import CONF, compose
+from experiments.config import compose
 from tests.helpers.asset_cache import assets_ready
 
-# REPO, CONF and compose are re-exported for the package test modules that still import them from here
-__all__ = ["CONF", "REPO", "compose"]
 # one thread per xdist worker: two workers of two threads each on the 2-core reference machine run far slower
 torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS") or 2) if os.environ.get("PYTEST_XDIST_WORKER") else 2)
 

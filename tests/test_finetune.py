@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from experiments.run import execute
-from tests.conftest import REPO
+from experiments import REPO
 
 
 def test_dev_split_selects_the_checkpoint_and_eval_never_does(smoke_cfg, tmp_path):
@@ -38,7 +38,7 @@ def test_the_recipe_encodes_dev_and_refuses_to_feed_it_token_ids_beside_custom_e
 
 
 def test_cpu_budgets_carve_a_dev_split_from_train_for_every_offline_task():
-    from tests.conftest import compose
+    from experiments.config import compose
     for task in ("rt-polarity", "vitaminc", "wnut16", "squad-dev"):
         cfg = compose(f"task={task}")
         assert 0 < cfg.task.dev_from_train < 0.2 and cfg.train.patience >= 0 and cfg.data.limit_train
@@ -57,7 +57,7 @@ def test_dataloader_workers_change_no_result(smoke_cfg, tmp_path):
 @pytest.mark.slow
 def test_trainer_bench_walks_at_tiny_size_and_records_both_arms(tmp_path, monkeypatch):
     """method=finetune_bench on tiny-bert: every timed step of both arms is in the record (no timing asserted)."""
-    from tests.conftest import compose
+    from experiments.config import compose
     monkeypatch.setattr("experiments.run.git_dirty", lambda: False)
     cfg = compose("experiment=finetune/bench_trainer", "debug=smoke", "method.steps=2", "method.repeats=2",
                   "method.warmup=1", "train.grad_accum=2", f"results_dir={tmp_path / 'results'}")

@@ -10,8 +10,7 @@ from experiments.config import CONF
 from experiments.identity import MAX_NAME, artifact, override_key, published_path, run_name
 from experiments.files import write_json
 from experiments.run import check
-# compose_experiment, grid_jobs and GROUPS are re-exported for the package test modules that still import them here
-from tests.helpers.grids import EXPERIMENTS, GROUPS, compose_experiment, grid_jobs, job_configs  # noqa: F401
+from tests.helpers.grids import EXPERIMENTS, job_configs
 
 
 def test_run_name_adds_every_override_outside_the_base():

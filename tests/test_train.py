@@ -1,6 +1,5 @@
 """The training loop on a tiny problem: it learns, stops early, restores the best weights, accumulates exactly, and
 steps a method's own optimizers as a plain loop would."""
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -9,36 +8,7 @@ from torch import nn
 from experiments.models import HeadOutput
 from experiments.optim import linear_schedule
 from experiments.train import EarlyStopping, Optimization, TrainLog, fit, total_steps
-
-
-def cfg(**kw):
-    base = dict(lr=0.05, weight_decay=0.0, epochs=1.0, max_steps=-1, warmup_ratio=0.0, grad_accum=1,
-                max_grad_norm=0.0, eval_every=0, patience=0, progress=False)
-    return SimpleNamespace(**{**base, **kw})
-
-
-class Linear(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.lin = nn.Linear(4, 2)
-
-    def forward(self, x, labels):
-        logits = self.lin(x)
-        return HeadOutput(logits, nn.functional.cross_entropy(logits, labels))
-
-
-def data(n=64, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, 4, generator=g)
-    return x, (x[:, 0] > 0).long()
-
-
-def batches(x, y, bs):
-    return (lambda epoch: ({"x": x[i:i + bs], "labels": y[i:i + bs]} for i in range(0, len(x), bs))), len(x) // bs
-
-
-def accuracy(model, x, y):
-    return {"eval/acc": (model(x, y).logits.argmax(1) == y).float().mean().item()}
+from tests.helpers.toy_fit import Linear, accuracy, batches, cfg, data
 
 
 def test_fit_learns_a_separable_problem():

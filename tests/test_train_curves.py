@@ -3,7 +3,7 @@ run's logger, on increasing steps, and a method that trains twice in one run kee
 import pytest
 
 from experiments.run import execute
-from tests.conftest import compose
+from experiments.config import compose
 
 
 class FakeRun:

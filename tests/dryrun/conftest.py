@@ -133,7 +133,7 @@ def pytest_configure(config):
 
 def pytest_terminal_summary(terminalreporter, config):
     """Merge the processes' outcomes into one coverage table: printed, and saved as outputs/dryrun/coverage.txt."""
-    from tests.dryrun.jobs import coverage
+    from tests.helpers.dryrun_jobs import coverage
 
     if hasattr(config, "workerinput"):
         return

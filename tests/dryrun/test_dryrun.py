@@ -1,4 +1,5 @@
-"""The paper-tier dry run (`make dryrun`): the first job of every code path a GPU tier launches (tests/dryrun/jobs.py)
+"""The paper-tier dry run (`make dryrun`): the first job of every code path a GPU tier launches
+(tests/helpers/dryrun_jobs.py)
 runs end to end on CPU: composed as the tier composes it (`hardware=gpu hardware.device=cpu`, the experiment's own
 precision under autocast), on hub-shaped data (tests/dryrun/conftest.py) and hub-shaped tiny models
 (tests/helpers/hub_models.py), shrunk to a step or two. Each must write an ok record with finite metrics; what the
@@ -27,7 +28,7 @@ from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from experiments.assets import write_manifest
 from experiments.run import execute
-from tests.dryrun import jobs as J
+from tests.helpers import dryrun_jobs
 
 pytestmark = [pytest.mark.dryrun, pytest.mark.slow]  # minutes in all: `make test-unit` leaves it out
 RESULTS: dict[tuple, str] = {}  # key -> ok, failed: <error> or not covered: <why>; for the coverage table
@@ -48,7 +49,7 @@ LIMITS = {
 NAN_BY_DESIGN = {"eat/tau": "a dense arm has no exit threshold"}
 
 
-def known(job: J.Job) -> str | None:
+def known(job: dryrun_jobs.Job) -> str | None:
     return next((reason for pattern, reason in BUGS.items() if pattern in job.id), None)
 
 
@@ -66,7 +67,7 @@ def fixture_fields(name: str, root: Path, cache: Path) -> dict | None:
     there is nothing to copy (no hf_id, or an asset the tier's own build_* experiment writes, not built yet)."""
     from tests.helpers.hub_models import save_hub_model
 
-    conf = J.group_yaml("model", name)
+    conf = dryrun_jobs.group_yaml("model", name)
     if conf.get("source") == "config":
         return {}
     if not conf.get("hf_id"):
@@ -82,11 +83,11 @@ def fixture_fields(name: str, root: Path, cache: Path) -> dict | None:
     return dict(TINY)
 
 
-def model_overrides(job: J.Job, root: Path, cache: Path) -> list[str]:
+def model_overrides(job: dryrun_jobs.Job, root: Path, cache: Path) -> list[str]:
     """The job's own model on its fixture (hub_model_overrides for a hub model)."""
     from tests.helpers.hub_models import hub_model_overrides
 
-    conf = J.group_yaml("model", job.model)
+    conf = dryrun_jobs.group_yaml("model", job.model)
     if conf.get("source") == "hub" and conf.get("hf_id"):
         out = hub_model_overrides(job.model, root)
     else:
@@ -126,9 +127,9 @@ def patch_named_models(method: str, root: Path, cache: Path, mp: pytest.MonkeyPa
             mp.setattr(module, "load_group", load_group)
 
 
-def data_overrides(job: J.Job) -> list[str]:
+def data_overrides(job: dryrun_jobs.Job) -> list[str]:
     """A packaged task reads its committed fixture; a hub task reads the hub-shaped one through load_dataset."""
-    return [] if J.group_yaml("task", job.task).get("source") == "hub" else ["data.source=fixture"]
+    return [] if dryrun_jobs.group_yaml("task", job.task).get("source") == "hub" else ["data.source=fixture"]
 
 
 def byte_bpe(tok) -> bool:
@@ -201,14 +202,14 @@ def coverage_record(request):
     known_ = {key(j.key): r for j in jobs if (r := known(j))}
     doc = {"results": {key(k): v for k, v in RESULTS.items()}, "known": known_, "walked": len(jobs),
            "per": {e: {"jobs": d["jobs"], "keys": sorted(map(key, d["keys"]))} for e, d in per.items()}}
-    out = J.REPO / "outputs" / "dryrun" / os.environ.get("STRATA_DRYRUN_SESSION", "session")
+    out = dryrun_jobs.REPO / "outputs" / "dryrun" / os.environ.get("STRATA_DRYRUN_SESSION", "session")
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{getattr(request.config, 'workerinput', {}).get('workerid', 'main')}.json").write_text(json.dumps(doc))
 
 
 @functools.lru_cache(maxsize=1)
-def walked() -> tuple[list[J.Job], dict]:
-    return J.walk()
+def walked() -> tuple[list[dryrun_jobs.Job], dict]:
+    return dryrun_jobs.walk()
 
 
 def selected(config) -> bool:
@@ -221,7 +222,7 @@ def selected(config) -> bool:
 def pytest_generate_tests(metafunc):
     if "job" in metafunc.fixturenames:
         jobs = walked()[0] if selected(metafunc.config) else []
-        jobs = jobs if os.environ.get("STRATA_DRYRUN") == "all" else J.sample(jobs)
+        jobs = jobs if os.environ.get("STRATA_DRYRUN") == "all" else dryrun_jobs.sample(jobs)
         metafunc.parametrize("job", [pytest.param(j, id=j.id, marks=[pytest.mark.xfail(strict=True, reason=r)]
                                                   if (r := known(j)) else []) for j in jobs])
 
@@ -233,9 +234,10 @@ def test_first_job_of_each_path_runs_end_to_end(job, hub_data, model_root, asset
     threads = torch.get_num_threads()  # the job sets its own (hardware.threads); the session's come back after it
     request.addfinalizer(lambda: torch.set_num_threads(threads))
     RESULTS[job.key] = "not run"
-    overrides = [*job.overrides, *J.HARDWARE, *model_overrides(job, model_root, asset_cache), *data_overrides(job),
-                 *J.shrink(job), f"results_dir={tmp_path / 'results'}", f"store.dir={tmp_path / 'store'}"]
-    cfg = J.fit_layers(J.compose_job(job.exp, *overrides), TINY["num_layers"])
+    overrides = [*job.overrides, *dryrun_jobs.HARDWARE, *model_overrides(job, model_root, asset_cache),
+                 *data_overrides(job), *dryrun_jobs.shrink(job), f"results_dir={tmp_path / 'results'}",
+                 f"store.dir={tmp_path / 'store'}"]
+    cfg = dryrun_jobs.fit_layers(dryrun_jobs.compose_job(job.exp, *overrides), TINY["num_layers"])
     patch_named_models(cfg.method.name, model_root, asset_cache, monkeypatch)
     spy = Spy(monkeypatch)
     rec = execute(cfg, tmp_path / "run", overrides=list(job.overrides))

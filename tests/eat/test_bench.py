@@ -7,7 +7,7 @@ import torch
 
 from eat import bench
 from eat.model import EatModel, Settings
-from tests.eat.test_model import batch, bert
+from tests.helpers.eat_inputs import batch, bert
 
 
 def test_the_ablation_is_every_subset_of_the_three_components():

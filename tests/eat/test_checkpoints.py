@@ -11,7 +11,7 @@ from eat.model import EatModel
 from experiments import files
 from experiments.context import RunContext
 from experiments.models import load_tokenizer
-from tests.eat.test_model import bert
+from tests.helpers.eat_inputs import bert
 
 
 def _model(seed: int = 0) -> EatModel:

@@ -9,7 +9,7 @@ import torch
 from eat import inference
 from eat.model import EatModel, Settings
 from experiments import data
-from tests.eat.test_model import bert, threshold
+from tests.helpers.eat_inputs import bert, threshold
 
 
 def _feats(n=64, seed=0, vocab=100):

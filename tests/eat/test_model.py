@@ -1,31 +1,13 @@
 """EAT's model: with its components off it is the encoder; physical removal equals the official zero-masking; per-example
 exit is independent of the batch; the keep rules leave the token counts worked out by hand."""
-import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from transformers import BertConfig, BertModel, DistilBertConfig, DistilBertModel
+from transformers import DistilBertConfig, DistilBertModel
 
 from eat import prune
 from eat.model import EatModel, Settings, distillation_loss
-
-
-def bert(layers=6, seed=0, dropout=0.1):
-    torch.manual_seed(seed)
-    cfg = BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=layers, num_attention_heads=4,
-                     intermediate_size=64, max_position_embeddings=256, hidden_dropout_prob=dropout,
-                     attention_probs_dropout_prob=dropout)
-    return BertModel(cfg, add_pooling_layer=False).eval()
-
-
-def batch(seed=1, B=3, T=70):
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(5, 100, (B, T), generator=g)
-    ids[:, 0] = 2
-    mask = torch.ones_like(ids)
-    mask[1, 50:] = 0
-    mask[2, 10:] = 0
-    return ids, mask
+from tests.helpers.eat_inputs import batch, bert, threshold
 
 
 def run(model, settings, ids, mask):
@@ -204,14 +186,6 @@ def _spread_exit_head(m):
     with torch.no_grad():
         m.exit_classifier.weight.mul_(30)
     return m
-
-
-def threshold(conf, lo: int, hi: int) -> tuple[float, int]:
-    """A tau in the widest gap between sorted confidences k and k + 1 for k in lo..hi - 1 (no example sits near it,
-    so rounding cannot flip one) and how many examples reach it."""
-    c = np.sort(np.asarray(conf, dtype=float))
-    k = lo + int(np.argmax(np.diff(c)[lo:hi]))
-    return float(c[k:k + 2].mean()), len(c) - k - 1
 
 
 @pytest.mark.parametrize("mode,kernel", [("remove", "banded"), ("mask", "masked")])

@@ -5,7 +5,7 @@ import pytest
 from experiments.models import byte_tokenizer, tokenizer_fingerprint
 from experiments.run import execute
 from intrinsic_dim.report import build
-from tests.conftest import compose
+from experiments.config import compose
 
 pytestmark = pytest.mark.slow  # importing scikit-dimension (the reference TwoNN) alone takes ~7 s
 TOY = ("method.est_layers=2", "method.est_points=120", "method.est_dim=16", "method.est_repeats=1",

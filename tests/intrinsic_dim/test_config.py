@@ -6,7 +6,7 @@ from experiments import registry
 from experiments.config import ConfigError
 from experiments.run import execute
 from intrinsic_dim.config import check, parse_variant, sft_precision
-from tests.conftest import compose
+from experiments.config import compose
 
 
 def _cfg(*overrides):

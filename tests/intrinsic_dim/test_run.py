@@ -11,7 +11,7 @@ from experiments.results import load_runs
 from experiments.run import execute
 from intrinsic_dim import report
 from intrinsic_dim import run as id_run
-from tests.conftest import compose
+from experiments.config import compose
 
 
 def _cfg(tmp_path, *overrides):

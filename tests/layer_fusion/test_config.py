@@ -8,7 +8,7 @@ import pytest
 from experiments import REPO, registry
 from experiments.config import ConfigError
 from layer_fusion.config import check
-from tests.conftest import compose
+from experiments.config import compose
 
 FEWSHOT = ("task=wnut16", "train.patience=0")  # a few-shot run trains its whole budget
 GOOD = {"layer_fusion": FEWSHOT, "layer_fusion_bench": FEWSHOT, "layer_fusion_params": ()}

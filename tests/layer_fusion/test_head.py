@@ -15,7 +15,7 @@ from experiments.models import (ScoreHead, SequenceHead, _pooler_key, byte_token
                                 load_encoder)
 from layer_fusion.assemble import build, new_parameters
 from layer_fusion.config import check
-from tests.conftest import compose
+from experiments.config import compose
 
 TINY = dict(hidden_size=32, num_hidden_layers=4, num_attention_heads=2, intermediate_size=64)
 N_LABELS = 3

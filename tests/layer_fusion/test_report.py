@@ -8,10 +8,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from experiments.evidence.claims import load_claims
-from experiments.evidence.verdicts import evaluate_claims
 from experiments.evidence.paper_values import paper_values
 from layer_fusion.report import build, curve_stats
+from tests.helpers.reports import assert_decided_parts_hold, empty_report, verdicts
 
 SEEDS = (0, 1, 2)
 # best dev F1 (fraction) of each fusion at (N, epochs): Concat leads at N = 8, DWAtt at N = 128, Base+n trails
@@ -102,10 +101,6 @@ def _csv(out, name):
     return list(csv.DictReader(open(out / "tables" / f"{name}.csv")))
 
 
-def _verdicts(runs, tmp_path):
-    return {r.claim.id: r for r in evaluate_claims("layer_fusion", runs, tmp_path)}
-
-
 def test_curve_stats_known_answer():
     curve = [{"step": s, "f": v} for s, v in ((25, 0.2), (50, 0.4), (75, 0.4), (100, 0.4))]
     auc, steps, frac = curve_stats(curve, "f", 100)
@@ -166,26 +161,20 @@ def _fewshot_runs():
 
 
 def test_missing_records_say_what_to_run(tmp_path):
-    text = "\n".join(build([], tmp_path))
-    for what in ("Table 2", "Few-shot grid", "Relative gains", "Learning curves", "FE vs FT", "P-32", "λ heatmap",
-                 "Feature-extraction speed"):
-        assert f"_{what}" in text, what
-    assert "make layer_fusion-cpu" in text and "could not be built" not in text
+    text = empty_report(build, tmp_path, ("Table 2", "Few-shot grid", "Relative gains", "Learning curves", "FE vs FT",
+                                          "P-32", "λ heatmap", "Feature-extraction speed"))
+    assert "make layer_fusion-cpu" in text
 
 
 def test_claims_parse_and_decide_the_constructed_records(tmp_path):
-    assert len(load_claims("layer_fusion").claims) >= 8
-    v = _verdicts(_runs(), tmp_path)
-    for cid in ("concat-beats-base-n-every-n", "dwatt-beats-concat-at-128", "dwatt-beats-base-n-at-128",
-                "concat-large-relative-gain-at-n8", "concat-beats-dwatt-at-n8", "fusion-beats-last-layer",
-                "concat-converges-early-at-n8", "ft-beats-fe", "params-match-our-derivation", "p32-helps-decoders",
-                "p32-no-gain-on-bert", "p32-beats-avgpool", "avgpool-beats-baseline", "larger-data-less-early-weight",
-                "p32-helps-decoders-probe", "p32-no-gain-on-encoder-probe", "p32-beats-avgpool-probe",
-                "larger-data-less-early-weight-probe"):
-        # every decided part holds; a claim whose other parts were not run is "partly tested", never "holds"
-        decided = [o.verdict for o in v[cid].outcomes if o.verdict not in ("not run", "not testable here")]
-        assert decided and set(decided) == {"holds"} and v[cid].verdict in ("holds", "partly tested"), \
-            (cid, v[cid].verdict, v[cid].reason, [(o.label, o.verdict, o.reason) for o in v[cid].outcomes])
+    v = verdicts("layer_fusion", _runs(), tmp_path, min_claims=8)
+    held = ("concat-beats-base-n-every-n", "dwatt-beats-concat-at-128", "dwatt-beats-base-n-at-128",
+             "concat-large-relative-gain-at-n8", "concat-beats-dwatt-at-n8", "fusion-beats-last-layer",
+             "concat-converges-early-at-n8", "ft-beats-fe", "params-match-our-derivation", "p32-helps-decoders",
+             "p32-no-gain-on-bert", "p32-beats-avgpool", "avgpool-beats-baseline", "larger-data-less-early-weight",
+             "p32-helps-decoders-probe", "p32-no-gain-on-encoder-probe", "p32-beats-avgpool-probe",
+             "larger-data-less-early-weight-probe")
+    assert_decided_parts_hold(v, held)
     # only the (N, budget) cells that were run decide "at every N"; the others are not run, and the row says so
     every_n = v["concat-beats-base-n-every-n"]
     assert {o.label for o in every_n.outcomes if o.verdict != "not run"} == \
@@ -199,23 +188,23 @@ def test_claims_parse_and_decide_the_constructed_records(tmp_path):
 def test_claims_turn_with_the_records(tmp_path):
     runs = [_fewshot(f, 128, 100, s, f1={"deeper": 0.5, "concat": 0.4, "dwatt": 0.3}[f]) for f in
             ("deeper", "concat", "dwatt") for s in SEEDS]
-    v = _verdicts(runs, tmp_path)
+    v = verdicts("layer_fusion", runs, tmp_path)
     assert v["concat-beats-base-n-every-n"].verdict == "does not hold"
     assert v["dwatt-beats-concat-at-128"].verdict == "does not hold"
     # an arm at F1 ~ 0 (an all-O tagger) is not doing the task: not testable, never "holds"
     dead = [_fewshot(f, 8, 25, s, f1={"deeper": 0.001, "concat": 0.3}[f]) for f in ("deeper", "concat") for s in SEEDS]
-    d = _verdicts(dead, tmp_path)
+    d = verdicts("layer_fusion", dead, tmp_path)
     assert d["concat-large-relative-gain-at-n8"].verdict == "not testable here"
     assert "all-O tagger" in " ".join(w for o in d["concat-large-relative-gain-at-n8"].outcomes for w in o.unfit)
     wrong = _params()
     wrong["metrics"]["params/roberta-large/concat"] = 25166848  # one shared bias
-    assert _verdicts([wrong], tmp_path)["params-reproduce-table2"].verdict == "does not hold"
-    assert _verdicts([wrong], tmp_path)["params-match-our-derivation"].verdict == "does not hold"
+    assert verdicts("layer_fusion", [wrong], tmp_path)["params-reproduce-table2"].verdict == "does not hold"
+    assert verdicts("layer_fusion", [wrong], tmp_path)["params-match-our-derivation"].verdict == "does not hold"
     flat = [_p32("minilm-l6", t, f, s, "ft") for t in SIZES for f in ("last", "scalar_mix") for s in (0, 1)]
     for r in flat:
         if r["config"]["method"]["fusion"] == "scalar_mix":
             r["metrics"]["eval/accuracy"] += 0.05  # a 5-point gain on the encoder
-    assert _verdicts(flat, tmp_path)["p32-no-gain-on-bert"].verdict == "does not hold"
+    assert verdicts("layer_fusion", flat, tmp_path)["p32-no-gain-on-bert"].verdict == "does not hold"
 
 
 # ---- the papers' numbers -------------------------------------------------------------------------------------------
@@ -350,7 +339,7 @@ def test_p32_claims_read_each_tasks_paper_metric(tmp_path):
     read the paper's metric, each in points."""
     runs = [_glue(t, f, s, paper={"last": 0.6, "scalar_mix": 0.7}[f], acc={"last": 0.85, "scalar_mix": 0.8}[f])
             for t in ("cola", "mrpc", "mnli") for f in ("last", "scalar_mix") for s in SEEDS]
-    row = _verdicts(runs, tmp_path)["p32-helps-decoders"]
+    row = verdicts("layer_fusion", runs, tmp_path)["p32-helps-decoders"]
     by = {o.label.split(" ")[0]: o for o in row.outcomes}
     assert by["CoLA"].verdict == by["MRPC,"].verdict == by["MNLI-mm"].verdict == "holds"
     assert by["CoLA"].estimate == pytest.approx(10.0) and by["MRPC,"].estimate == pytest.approx(10.0)
@@ -361,15 +350,15 @@ def test_p32_claims_read_each_tasks_paper_metric(tmp_path):
 def test_dwatt_at_128_reads_the_100_epoch_panel_only(tmp_path):
     """Fig. 2 is the 100-epoch panel: 25-epoch records at N = 128 do not decide the claims."""
     short = [_fewshot(f, 128, 25, s) for f in ("deeper", "concat", "dwatt") for s in SEEDS]
-    v = _verdicts(short, tmp_path)
+    v = verdicts("layer_fusion", short, tmp_path)
     assert v["dwatt-beats-concat-at-128"].verdict == "not run" and v["dwatt-beats-base-n-at-128"].verdict == "not run"
-    v = _verdicts(short + [_fewshot(f, 128, 100, s) for f in ("deeper", "concat", "dwatt") for s in SEEDS], tmp_path)
+    v = verdicts("layer_fusion", short + [_fewshot(f, 128, 100, s) for f in ("deeper", "concat", "dwatt") for s in SEEDS], tmp_path)
     assert v["dwatt-beats-concat-at-128"].verdict == "holds"
     assert {r["config"]["train"]["epochs"] for o in v["dwatt-beats-concat-at-128"].outcomes for r in o.records} == {100}
 
 
 def test_params_compare_with_the_printed_table_and_our_derivation_apart(tmp_path):
-    v = _verdicts([_params()], tmp_path)
+    v = verdicts("layer_fusion", [_params()], tmp_path)
     printed = {o.label: o for o in v["params-reproduce-table2"].outcomes}
     # Table 2 prints millions: Base+2 25.19M is ours rounded; Concat (25.19M, printed 25.18M) and DWAtt (26.35M,
     # printed 26.38M) are not, and the row says so instead of checking our derivation against itself
@@ -384,9 +373,9 @@ def test_lambda_at_uniform_leaves_the_early_weight_claims_not_testable(tmp_path)
     """P-32 Fig. 2's reading needs λ to have moved: a run whose softmax(λ) stayed uniform records no
     extra.lambda_learned, so the correlation is not testable rather than a verdict on noise."""
     runs = [_p32(model, t, "scalar_mix", s, "fe") for model in ACC for t in SIZES for s in (0, 1)]
-    assert _verdicts(runs, tmp_path)["larger-data-less-early-weight-probe"].verdict == "holds"
+    assert verdicts("layer_fusion", runs, tmp_path)["larger-data-less-early-weight-probe"].verdict == "holds"
     for r in runs:  # what layer_fusion/run.py records when λ did not move
         r["metrics"]["lambda/entropy_ratio"] = 0.99999
         del r["extra"]["lambda_learned"]
-    row = _verdicts(runs, tmp_path)["larger-data-less-early-weight-probe"]
+    row = verdicts("layer_fusion", runs, tmp_path)["larger-data-less-early-weight-probe"]
     assert row.verdict == "not testable here" and "lambda_learned" in row.outcomes[0].reason

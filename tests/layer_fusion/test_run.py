@@ -16,8 +16,8 @@ from layer_fusion import assemble, features, protocols
 from layer_fusion.config import check
 from layer_fusion.fusion import DepthFusion
 from layer_fusion.params import count
-from tests.conftest import compose
-from tests.test_identity import compose_experiment
+from experiments.config import compose
+from tests.helpers.grids import compose_experiment
 
 
 def record(smoke_cfg, tmp_path, *overrides):

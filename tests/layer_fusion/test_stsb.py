@@ -11,7 +11,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from experiments.run import execute
-from tests.test_identity import compose_experiment, grid_jobs
+from tests.helpers.grids import compose_experiment, grid_jobs
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "layer_fusion" / "nyu-mll--glue--stsb.json"
 STSB_TRAIN = 5749  # P-32 Table 5 (and the hub's train split)

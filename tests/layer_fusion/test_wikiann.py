@@ -6,9 +6,9 @@ from experiments import data
 from experiments.run import execute
 from layer_fusion.config import check
 from layer_fusion.protocols import entity_types
-from tests.conftest import compose
-from tests.test_hub_tasks import load_fixture
-from tests.test_identity import compose_experiment
+from experiments.config import compose
+from tests.helpers.hub_data import load_fixture
+from tests.helpers.grids import compose_experiment
 
 
 def test_wikiann_en_loads_from_its_hub_shaped_fixture(hub):

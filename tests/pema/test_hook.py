@@ -14,7 +14,7 @@ from experiments.batches import train_batches
 from experiments.evaluate import token_inputs
 from experiments.train import fit
 from pema.hook import attach
-from tests.conftest import compose
+from experiments.config import compose
 
 TOL = 1e-6
 

@@ -12,7 +12,7 @@ from experiments.models import byte_tokenizer, load_tokenizer, tokenizer_fingerp
 from experiments.run import execute
 from pema import counts
 from pema import run as vocab_run
-from tests.conftest import CONF
+from experiments.config import CONF
 
 
 def model_cfg(name):

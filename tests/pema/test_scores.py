@@ -11,7 +11,7 @@ from experiments.context import RunContext
 from experiments.models import byte_tokenizer, tokenizer_fingerprint
 from experiments.run import execute
 from pema import scores
-from tests.conftest import compose
+from experiments.config import compose
 
 BATCH_OF_EVERY_ID = torch.arange(260).reshape(10, 26)  # every id of the byte tokenizer, most outside V'
 

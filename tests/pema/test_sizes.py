@@ -9,7 +9,7 @@ from experiments.evidence.paper_values import paper_values
 from experiments.models import architecture
 from experiments.run import execute
 from pema import sizes
-from tests.conftest import CONF
+from experiments.config import CONF
 
 PV = paper_values("pema")
 GLUE = ("cola", "mnli", "mrpc", "qnli", "qqp", "rte", "sst2", "stsb", "wnli")

@@ -4,7 +4,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from experiments.evidence import claims, records, selection
-from tests.test_identity import compose_experiment, grid_jobs
+from tests.helpers.grids import compose_experiment, grid_jobs
 
 # (recycling experiment, the finetune experiment its Full arm comes from)
 PAIRS = [("recycling/table1_cpu", "finetune/default_cpu"), ("recycling/table2_cpu", "finetune/default_cpu"),

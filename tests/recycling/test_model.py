@@ -13,7 +13,7 @@ from recycling import cache
 from recycling.adapters import Adapter, add_adapters
 from recycling.cost import months_to_break_even
 from recycling.model import UpperStack, apply_variant, lower_model, resolve_k
-from tests.conftest import compose
+from experiments.config import compose
 
 
 @functools.lru_cache(maxsize=None)

@@ -4,7 +4,7 @@ import torch
 
 from reverse_probing import byte_memo, features
 from reverse_probing.config import check
-from tests.conftest import compose
+from experiments.config import compose
 
 
 def t(n_floats: int) -> torch.Tensor:

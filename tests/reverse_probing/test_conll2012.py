@@ -17,7 +17,7 @@ from experiments.coref import read_jsonlines
 from experiments.run import execute
 from reverse_probing import conll2012, sources, supplied, tacred
 from scripts import tier
-from tests.conftest import CONF, compose
+from experiments.config import CONF, compose
 
 FIXTURE = CONF.parent / "tests" / "fixtures" / "hub" / "ontonotes--conll2012_ontonotesv5--english_v4.json"
 

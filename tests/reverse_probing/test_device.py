@@ -8,7 +8,7 @@ from experiments import registry
 from reverse_probing import sources, training
 from reverse_probing.documents import prepare
 from reverse_probing.model import ReverseProbe
-from tests.conftest import compose
+from experiments.config import compose
 
 DOC = {"doc_key": "wg/x/0", "sentences": [["The", "cat", "saw", "the", "dog", "because", "it", "was", "up", "."]],
        "clusters": [[[1, 1], [6, 6]]], "mentions": [[1, 1], [4, 4], [6, 6]]}

@@ -8,11 +8,10 @@ import csv
 
 import pytest
 
-from experiments.evidence.claims import load_claims
-from experiments.evidence.verdicts import evaluate_claims
 from experiments.evidence.records import select
 from experiments.evidence.selection import SelectionError, best_dev_over
 from reverse_probing.report import build
+from tests.helpers.reports import assert_decided_parts_hold, empty_report, verdicts
 
 SEEDS = (0, 1, 2)
 L6, NER, QA, NLI, PII, COREF, QREF = ("minilm-l6", "minilm-l6-ner", "minilm-l6-qa", "minilm-l6-nli", "minilm-l6-pii",
@@ -134,10 +133,6 @@ def _csv(out, name):
     return list(csv.DictReader(open(out / "tables" / f"{name}.csv")))
 
 
-def _verdicts(runs, tmp_path):
-    return {r.claim.id: r for r in evaluate_claims("reverse_probing", runs, tmp_path)}
-
-
 def _ours(rows, source, **cols):
     return next(r for r in rows if r.get("row", "ours") == "ours" and r["source"].split(" ")[0] == source
                 and all(r[k].startswith(v) for k, v in cols.items()))
@@ -208,24 +203,19 @@ def test_tables_and_figures_are_built(tmp_path):
 
 
 def test_missing_records_say_what_to_run(tmp_path):
-    text = "\n".join(build([], tmp_path))
-    for what in ("Signal", "Table 1", "Table 2", "Table 3", "Layer sweep", "Mean vs attention", "Single vs pairs",
-                 "Cosine", "Attention weights", "Sum vs mean", "Source fine-tunes", "Head-only"):
-        assert f"_{what}" in text, what
+    text = empty_report(build, tmp_path, ("Signal", "Table 1", "Table 2", "Table 3", "Layer sweep", "Mean vs attention",
+                                          "Single vs pairs", "Cosine", "Attention weights", "Sum vs mean",
+                                          "Source fine-tunes", "Head-only"))
     assert "experiment=reverse_probing/quoref_layers" in text and "experiment=reverse_probing/signal_cpu" in text
-    assert "make reverse_probing-cpu" in text and "could not be built" not in text
+    assert "make reverse_probing-cpu" in text
 
 
 def test_claims_decide_the_constructed_records_per_target(tmp_path):
-    assert len(load_claims("reverse_probing").claims) >= 12
-    v = _verdicts(_runs(), tmp_path)
-    for cid in ("frozen-features-carry-signal-quoref", "intermediate-layer-beats-final", "attention-beats-mean",
-                "pairs-beat-best-single", "vanilla-source-beats-ner", "coref-target-upper-bound",
-                "sum-slightly-worse-than-mean", "concat-helps-attention-single", "ner-best-layer-lowest"):
-        # every decided part holds; parts whose arms are at chance or were not run make it "partly tested"
-        decided = [o.verdict for o in v[cid].outcomes if o.verdict not in ("not run", "not testable here")]
-        assert decided and set(decided) == {"holds"} and v[cid].verdict in ("holds", "partly tested"), \
-            (cid, v[cid].verdict, v[cid].reason, [(o.label, o.verdict, o.reason, o.unfit) for o in v[cid].outcomes])
+    v = verdicts("reverse_probing", _runs(), tmp_path, min_claims=12)
+    held = ("frozen-features-carry-signal-quoref", "intermediate-layer-beats-final", "attention-beats-mean",
+             "pairs-beat-best-single", "vanilla-source-beats-ner", "coref-target-upper-bound",
+             "sum-slightly-worse-than-mean", "concat-helps-attention-single", "ner-best-layer-lowest")
+    assert_decided_parts_hold(v, held)
     # WinoGrande: accuracy at chance over seeds, the CI straddles the majority class
     wg = v["frozen-features-carry-signal-winogrande"]
     assert wg.verdict == "inconclusive" and [round(o.estimate, 6) for o in wg.outcomes] == [0.0, 0.5]
@@ -256,18 +246,18 @@ def test_claims_decide_the_constructed_records_per_target(tmp_path):
 
 def test_claims_turn_with_the_records(tmp_path):
     worse = [r for s in TASKS for r in _singles(s)] + _pairs(margin=-12.0)
-    assert _verdicts(worse, tmp_path)["pairs-beat-best-single"].verdict == "does not hold"
+    assert verdicts("reverse_probing", worse, tmp_path)["pairs-beat-best-single"].verdict == "does not hold"
     flat = [r for s in (L6, NER) for r in _singles(s)]
     for r in flat:  # every intermediate layer below the final one
         if r["config"]["method"]["variant"] == "trunc":
             r["metrics"]["eval/f1"] -= 40
-    assert _verdicts(flat, tmp_path)["intermediate-layer-beats-final"].verdict == "does not hold"
+    assert verdicts("reverse_probing", flat, tmp_path)["intermediate-layer-beats-final"].verdict == "does not hold"
     # an arm at the trivial answerer's F1 is not doing the task: not testable, never "holds"
     dead = [r for s in (L6, NER) for r in _singles(s)]
     for r in dead:
         if r["config"]["method"]["sources"] == [NER]:
             r["metrics"]["eval/f1"] = TRIVIAL + 0.5
-    d = _verdicts(dead, tmp_path)["vanilla-source-beats-ner"]
+    d = verdicts("reverse_probing", dead, tmp_path)["vanilla-source-beats-ner"]
     assert d.verdict == "not testable here" and any("question-blind answerer" in w
                                                    for o in d.outcomes for w in o.unfit)
 

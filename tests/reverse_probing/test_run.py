@@ -17,7 +17,7 @@ from reverse_probing import features, sources
 from reverse_probing.config import extra_tasks, sources_of
 from reverse_probing.documents import words_of
 from reverse_probing.qa import qa_probe
-from tests.conftest import compose
+from experiments.config import compose
 
 
 def new_process() -> None:
@@ -280,6 +280,7 @@ def test_the_record_names_the_tokenizer_of_the_first_model_the_run_loads(overrid
     assert rec["provenance"]["tokenizer"] == models.tokenizer_fingerprint(models.load_tokenizer(first))
 
 
+@pytest.mark.slow
 @pytest.mark.assets
 def test_a_probe_records_its_first_sources_tokenizer_among_several(smoke_cfg, tmp_path):
     """minilm-l6-pii's trimmed vocabulary is another tokenizer than minilm-l6's: the record names the first."""

@@ -11,7 +11,7 @@ import torch
 from experiments.context import RunContext
 from reverse_probing import training
 from reverse_probing.documents import collate, prepare, window
-from tests.conftest import compose
+from experiments.config import compose
 
 WORDS = [["The", "cat", "saw", "the", "dog", "."], ["It", "was", "up", "."], ["Then", "it", "left", "."]]
 

@@ -10,7 +10,6 @@ import itertools
 import os
 import re
 from dataclasses import dataclass
-from pathlib import Path
 
 import yaml
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
@@ -18,11 +17,10 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, open_dict
 
 import experiments.registry  # noqa: F401  (registers the schemas before any compose)
-from experiments.config import compose
+from experiments import REPO
+from experiments.config import CONF, compose
 from scripts import tier
 
-REPO = Path(__file__).resolve().parents[2]
-CONF = REPO / "conf"
 # what the GPU tier runs on: precision stays the experiment's (bf16/fp16 autocast runs on CPU too); on a GPU machine
 # STRATA_DRYRUN_DEVICE=cuda walks the same jobs on the card
 HARDWARE = ("hardware=gpu", f"hardware.device={os.environ.get('STRATA_DRYRUN_DEVICE', 'cpu')}", "hardware.threads=1",
