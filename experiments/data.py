@@ -10,7 +10,7 @@ from urllib.parse import quote
 
 import datasets
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from experiments import REPO
 from experiments.assets import cache_dir, require
@@ -214,7 +214,17 @@ def encode(ds: datasets.Dataset, tokenizer, task: DictConfig, max_len: int, trai
         return out
     with Progress(len(ds), f"tokenize {task.name}", unit="ex") as bar:
         return ds.map(encoded, batched=True, with_indices=True, remove_columns=ds.column_names,
-                      desc=f"tokenize {task.name}", load_from_cache_file=False)
+                      desc=f"tokenize {task.name}", load_from_cache_file=False,
+                      new_fingerprint=_encoded_fingerprint(ds, tokenizer, task, max_len, train))
+
+
+def _encoded_fingerprint(ds: datasets.Dataset, tokenizer, task: DictConfig, max_len: int, train: bool) -> str:
+    """The name datasets gives the encoded split, from what decides it. Left to itself, datasets pickles the closure
+    (the tokenizer, the task's OmegaConf node) on every map to name it: slower than tokenizing a small split."""
+    from experiments.files import config_key
+    from experiments.models import tokenizer_fingerprint  # lazy: models imports this module
+    return config_key([ds._fingerprint, tokenizer_fingerprint(tokenizer), OmegaConf.to_container(task, resolve=True),
+                       max_len, train], chars=32)
 
 
 def _encode_text(batch, idx, tokenizer, task, max_len, train):

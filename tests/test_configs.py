@@ -15,6 +15,7 @@ GROUP_FILES = {g: sorted(p.stem for p in (CONF / g).glob("*.yaml")) for g in GRO
 CHECKED = sorted(name for name, m in registry.METHODS.items() if m.check)  # methods with refusals of their own
 
 
+@pytest.mark.slow  # a sweep over every case: over 10 s in all
 @pytest.mark.parametrize("group,name", [(g, n) for g, names in GROUP_FILES.items() for n in names])
 def test_every_group_option_composes_with_its_schema(group, name):
     cfg = compose(f"{group}={name}")
@@ -25,6 +26,7 @@ def test_every_group_option_composes_with_its_schema(group, name):
         OmegaConf.to_container(node, resolve=True, throw_on_missing=True)
 
 
+@pytest.mark.slow  # a sweep over every case: over 10 s in all
 @pytest.mark.parametrize("exp", EXPERIMENTS)
 def test_every_experiment_composes(exp):
     cfg, _ = compose_experiment(exp)
@@ -49,6 +51,7 @@ def method_check(method: str):
     return fn
 
 
+@pytest.mark.slow  # a sweep over every case: over 10 s in all
 @pytest.mark.parametrize("method", CHECKED)
 def test_every_method_with_a_check_names_it_and_runs_in_an_experiment_of_its_paper(method):
     """So the walk below checks some job of it."""
@@ -60,6 +63,7 @@ def test_every_method_with_a_check_names_it_and_runs_in_an_experiment_of_its_pap
 
 @pytest.mark.parametrize("exp", [e for paper in sorted({registry.METHODS[m].paper for m in CHECKED})
                                  for e in experiments_of(paper)])
+@pytest.mark.slow  # a sweep over every case: over 10 s in all
 def test_every_grid_job_passes_its_methods_check(exp):
     """Every job of an experiment file of a paper with checked methods passes its method's own refusals (Method.check,
     called through registry.check as the runner calls it) before any work. No other folder runs a checked method

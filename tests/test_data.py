@@ -5,6 +5,7 @@ import datasets
 import numpy as np
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from experiments import REPO, data
 from experiments.config import ConfigError, compose
@@ -170,3 +171,19 @@ def test_label_names_shorter_than_the_labels_are_refused_before_training():
     cfg = compose("debug=smoke", "task=vitaminc", "task.label_names=[a,b]")
     with pytest.raises(ValueError, match="task.label_names has 2 names .* label id 2"):
         data.load_splits(cfg.task, cfg.data)
+
+
+def test_an_encoded_split_is_named_by_what_decides_it():
+    """datasets names the encoded split from our key (no pickling of the closure): the same inputs give the same
+    name, and another tokenizer, length, task setting or role gives another."""
+    cfg = compose("debug=smoke")
+    raw = data.load_splits(cfg.task, cfg.data)["train"]
+
+    def name(tok=TOK, n=32, train=True, **task):
+        return data.encode(raw, tok, OmegaConf.merge(cfg.task, task), n, train)._fingerprint
+    from experiments.models import load_tokenizer
+    other = load_tokenizer(compose("model=tiny-bert").model)
+    other.add_tokens(["<extra>"])
+    assert name() == name()
+    assert len({name(), name(other), name(n=16), name(train=False),
+                name(max_length=cfg.task.max_length + 1)}) == 5

@@ -167,6 +167,7 @@ def test_every_module_a_package_readme_lists_exists(paper):
     assert not sorted(m for m in named if not (REPO / paper / m).is_file()), f"{paper}/README.md lists modules it lacks"
 
 
+@pytest.mark.slow  # a sweep over every case: over 10 s in all
 @pytest.mark.parametrize("path", sorted(readme.expected()), ids=lambda p: str(p.relative_to(REPO)))
 def test_each_readme_holds_the_block_the_records_give(path):
     """A README whose block differs from results/ was edited by hand or not regenerated: python -m experiments.report

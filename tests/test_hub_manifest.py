@@ -161,6 +161,7 @@ def test_data_files_without_a_builder_are_refused(calls):
 LAYER_FUSION = sorted(p.stem for p in (CONF / "experiment" / "layer_fusion").glob("*.yaml"))
 
 
+@pytest.mark.slow  # a sweep over every case: over 10 s in all
 @pytest.mark.parametrize("exp", LAYER_FUSION)
 def test_every_layer_fusion_experiment_task_has_a_dev_split(exp):
     """Both protocols choose their checkpoint on dev (DWAtt: the best dev F1) and score eval once; the task yaml the

@@ -23,6 +23,7 @@ def label_feature(ds: datasets.Dataset, field: str):
     return getattr(f, "feature", f)  # a tag sequence's items
 
 
+@pytest.mark.slow  # a sweep over every case: over 10 s in all
 @pytest.mark.parametrize("name", HUB_TASKS)
 def test_hub_task_columns_labels_and_splits_match_its_dataset(name, hub):
     cfg = compose(f"task={name}")
@@ -55,6 +56,7 @@ REGRESSION = [t for t in HUB_TASKS if _yaml(t).type in ("cls", "pair") and not _
 TRAINABLE = [t for t in HUB_TASKS if _yaml(t).type in data.TASK_TYPES and t not in REGRESSION]
 
 
+@pytest.mark.slow  # a sweep over every case: over 10 s in all
 @pytest.mark.parametrize("name", TRAINABLE)
 def test_hub_task_trains_one_step_and_scores_every_metric(name, hub, smoke_cfg, tmp_path):
     cfg = smoke_cfg(f"task={name}", "data.source=hub", "train.max_steps=1", f"store.dir={tmp_path / 'store'}")
@@ -94,6 +96,7 @@ def test_a_split_the_hub_lacks_is_named_with_the_ones_it_has(hub):
         data.load_splits(cfg.task, cfg.data)
 
 
+@pytest.mark.slow  # a sweep over every case: over 10 s in all
 def test_every_fixture_belongs_to_a_hub_task():
     """A task with a hub copy (source=hub, or an offline task built from one) has its fixture, and no other does."""
     tasks = [t for t in (compose(f"task={p.stem}").task for p in (CONF / "task").glob("*.yaml")) if t.hf.path]

@@ -25,6 +25,7 @@ def test_bio_ner_is_scored_by_token_macro_f1_with_o_on_the_test_set(name):
 RECYCLING = sorted(p.stem for p in (CONF / "experiment" / "recycling").glob("*.yaml") if p.stem != "smoke")
 
 
+@pytest.mark.slow  # a sweep over every case: over 10 s in all
 @pytest.mark.parametrize("exp", RECYCLING)
 def test_recycling_accuracy_experiments_cache_in_fp32(exp):
     """The paper's default cache precision; fp16 only where a benchmark measures it (method recycling_bench)."""
@@ -81,6 +82,7 @@ def figures_claimed(text: str) -> set[int]:
     return out
 
 
+@pytest.mark.slow  # a sweep over every case: over 10 s in all
 @pytest.mark.parametrize("exp", sorted(p.stem for p in (CONF / "experiment" / "intrinsic_dim").glob("*.yaml")))
 def test_intrinsic_dim_configs_claim_only_figures_the_report_draws(exp):
     text = (CONF / "experiment" / "intrinsic_dim" / f"{exp}.yaml").read_text()

@@ -30,6 +30,7 @@ def current_records(paper: str) -> list[tuple[Path, dict]]:
     return picked
 
 
+@pytest.mark.slow  # a sweep over every case: over 10 s in all
 @pytest.mark.parametrize("paper", PAPERS)
 def test_current_records_recompose_to_their_hash(paper):
     records = current_records(paper)

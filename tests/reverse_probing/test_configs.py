@@ -54,6 +54,7 @@ def want(sets, layer, aggs, seeds) -> set:
     ("table3_trunc", PAPER_TRIPLES, ["mean", "attention"]),
     ("table3_trunc4", [(MRPC, RE, NER, QA)], ["mean", "attention"]),
 ])
+@pytest.mark.slow  # a sweep over every case: over 10 s in all
 def test_paper_scale_trunc_configs_sweep_the_papers_cells(exp, sets, aggs):
     got = jobs(exp)
     assert cells(exp) == want(sets, PAPER_LAYER, aggs, (1, 2, 3)) and len(got) == len(sets) * len(aggs) * 3
@@ -66,6 +67,7 @@ def test_paper_scale_trunc_configs_sweep_the_papers_cells(exp, sets, aggs):
     ("quoref_multi_trunc", [(L6, LNER, LNLI)], ["mean", "attention"]),
     ("quoref_multi_trunc4", [(L6, LNER, LQA, LNLI)], ["mean", "attention"]),
 ])
+@pytest.mark.slow  # a sweep over every case: over 10 s in all
 def test_cpu_scale_trunc_configs_sweep_the_stand_in_cells_outside_the_tier(exp, sets, aggs):
     got = jobs(exp)
     assert cells(exp) == want(sets, QUOREF_LAYER, aggs, (0, 1, 2))
@@ -73,6 +75,7 @@ def test_cpu_scale_trunc_configs_sweep_the_stand_in_cells_outside_the_tier(exp, 
     assert kind("reverse_probing", exp) == "manual"  # in no tier: reverse_probing-cpu keeps its 15 minutes
 
 
+@pytest.mark.slow  # a sweep over every case: over 10 s in all
 def test_table1_and_tables_2_3_now_have_every_trunc_column_at_paper_scale():
     """table1 sweeps full/norm (mean and attention), layer_sweep mean-trunc at every layer; the trunc files add the
     attention-trunc column and the pairs', triples' and the quadruple's trunc columns."""
