@@ -43,7 +43,9 @@ def smoke_cfg(tmp_path, monkeypatch):
     monkeypatch.setattr("experiments.run.git_dirty", lambda: False)
 
     def make(*overrides: str):
-        return compose("debug=smoke", f"results_dir={tmp_path / 'results'}", *overrides)
+        cfg = compose("debug=smoke", *overrides)  # composed once per process for these overrides (a copy each)
+        cfg.results_dir = str(tmp_path / "results")
+        return cfg
     return make
 
 

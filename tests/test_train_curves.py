@@ -27,6 +27,7 @@ class FakeRun:
     ["experiment=reverse_probing/smoke"],  # its own coreference loop
     ["experiment=intrinsic_dim/smoke", "method.variant=sft"],  # the LoRA loop
 ], ids=["finetune", "pema_scores", "eat", "layer_fusion", "reverse_probing", "intrinsic_dim_sft"])
+@pytest.mark.slow  # several whole runs: 4-6 s; make test runs it
 def test_a_logged_run_has_training_curves(overrides, tmp_path, monkeypatch):
     import wandb
 

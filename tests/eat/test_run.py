@@ -53,6 +53,7 @@ def test_trained_weights_are_cached_and_a_corrupt_cache_is_retrained(smoke_cfg, 
     assert healed["per_example"] == first["per_example"]  # retrained from the same seed: the same model
 
 
+@pytest.mark.slow  # several whole runs: 4-6 s; make test runs it
 def test_changed_weights_or_data_or_force_never_reuse_a_checkpoint(smoke_cfg, tiny_assets, tmp_path):
     on = (*tiny_assets.model(seed=0), *tiny_assets.data(40))
 
@@ -90,6 +91,7 @@ def test_bad_configs_are_refused_before_training(override, match, smoke_cfg, tmp
     assert not (tmp_path / "ckpt").exists()
 
 
+@pytest.mark.slow  # several whole runs: 4-6 s; make test runs it
 @pytest.mark.parametrize("pooling", ["cls", "mean"])
 def test_latency_bench_times_every_contender(pooling, smoke_cfg, tmp_path):
     rec = run(smoke_cfg, tmp_path, f"method.pooling={pooling}", "method.n_latency=6", "method.warmup=2",

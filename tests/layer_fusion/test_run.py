@@ -88,6 +88,7 @@ def test_few_shot_sample_is_uniform_per_trial_and_refuses_too_many():
         protocols.few_shot_sample(100, 30, 5, seed=0)
 
 
+@pytest.mark.slow  # several whole runs: 4-6 s; make test runs it
 @pytest.mark.parametrize("fusion", ["dwatt", "scalar_mix", "deeper"])
 def test_fewshot_record_carries_curve_best_and_new_parameters(fusion, smoke_cfg, tmp_path):
     rec = record(smoke_cfg, tmp_path, "task=wnut16", f"method.fusion={fusion}", "method.shots=1", "train.patience=0",

@@ -38,6 +38,7 @@ def test_recycling_tier_runs_no_full_and_shares_the_full_grid(rec_exp, ft_exp):
     assert cfg.method.variant != "full" and cfg.store.dtype == "fp32"  # accuracy runs: the paper's fp32 cache
 
 
+@pytest.mark.slow  # several whole runs: 4-6 s; make test runs it
 @pytest.mark.parametrize("rec_exp,ft_exp", PAIRS)
 def test_full_arm_resolves_to_finetune_records_with_identical_train_and_data(rec_exp, ft_exp):
     rjobs, _ = _jobs(rec_exp)

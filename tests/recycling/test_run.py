@@ -16,6 +16,7 @@ def run(smoke_cfg, tmp_path, *overrides):
     return rec
 
 
+@pytest.mark.slow  # several whole runs: 4-6 s; make test runs it
 @pytest.mark.parametrize("task", ["wnut16", "squad-dev"])
 def test_every_variant_runs_and_reports_its_trainable_share(task, smoke_cfg, tmp_path):
     m = {v: run(smoke_cfg, tmp_path, f"task={task}", f"method.variant={v}")["metrics"] for v in VARIANTS}
