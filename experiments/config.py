@@ -3,7 +3,6 @@ so `train.lrr=1` fails naming `lrr` and `train.lr=abc` fails naming `lr` and the
 cannot say (ranges, keys added with `+`)."""
 from __future__ import annotations
 
-import copy
 import dataclasses
 import re
 from dataclasses import dataclass, field
@@ -264,24 +263,9 @@ def load_group(group: str, name: str, schema, key: str) -> DictConfig:
 CONF = REPO / "conf"
 
 
-_COMPOSED: dict[tuple, DictConfig] = {}  # (conf dir, overrides) -> the config: sweeps and tests compose one many times
-
-
 def compose(*overrides: str, hydra_node: bool = False, conf: Path = CONF) -> DictConfig:
     """The config `python -m experiments.run <overrides>` gets (with `hydra_node`, also its hydra node: the sweep
-    params of an experiment file). Each call returns its own copy; one without the hydra node (which records the
-    working directory and time) is composed once per process."""
-    if hydra_node:
-        return _compose(overrides, True, conf)
-    key = (str(conf), overrides)
-    if key not in _COMPOSED:
-        if len(_COMPOSED) >= 512:
-            _COMPOSED.pop(next(iter(_COMPOSED)))
-        _COMPOSED[key] = _compose(overrides, False, conf)
-    return copy.deepcopy(_COMPOSED[key])
-
-
-def _compose(overrides: tuple[str, ...], hydra_node: bool, conf: Path) -> DictConfig:
+    params of an experiment file)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra

@@ -1,3 +1,4 @@
+import copy
 import os
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # no test may reach a model hub
@@ -36,6 +37,9 @@ def pytest_sessionstart(session):
                                 "run `make assets`")
 
 
+_SMOKE: dict = {}
+
+
 @pytest.fixture
 def smoke_cfg(tmp_path, monkeypatch):
     """Compose a debug=smoke config whose outputs all land in tmp_path. The working tree counts as clean, so
@@ -43,7 +47,9 @@ def smoke_cfg(tmp_path, monkeypatch):
     monkeypatch.setattr("experiments.run.git_dirty", lambda: False)
 
     def make(*overrides: str):
-        cfg = compose("debug=smoke", *overrides)  # composed once per process for these overrides (a copy each)
+        if overrides not in _SMOKE:  # tests compose the same few configs many times; each gets its own copy
+            _SMOKE[overrides] = compose("debug=smoke", *overrides)
+        cfg = copy.deepcopy(_SMOKE[overrides])
         cfg.results_dir = str(tmp_path / "results")
         return cfg
     return make

@@ -185,10 +185,9 @@ def test_threads_follow_omp_num_threads_unless_set(monkeypatch):
     assert num_threads(None) == len(os.sched_getaffinity(0))
 
 
-def test_compose_hands_each_caller_its_own_copy():
-    """A composed config is reused within a process: a caller that edits its copy changes no other caller's."""
-    a = compose("debug=smoke", "seed=3")
+
+def test_smoke_configs_are_shared_but_each_test_gets_its_own_copy(smoke_cfg, tmp_path):
+    a = smoke_cfg("seed=3")
     a.seed, a.task.name = 4, "edited"
-    b = compose("debug=smoke", "seed=3")
-    assert (b.seed, b.task.name) == (3, "rt-polarity") and b is not a
-    assert compose("debug=smoke", "seed=5").seed == 5
+    b = smoke_cfg("seed=3")
+    assert (b.seed, b.task.name, b.results_dir) == (3, "rt-polarity", str(tmp_path / "results")) and b is not a
