@@ -17,7 +17,7 @@ N       ?= 1
 SEED    ?= 0
 # tests run in one process per core (pytest-xdist, one torch thread each; at most 4: every worker holds its own
 # models); PYTEST_PARALLEL= runs them in this process, e.g. to debug one
-PYTEST_PARALLEL ?= -n auto --maxprocesses 4
+PYTEST_PARALLEL ?= -n auto --maxprocesses 4 --dist worksteal
 # the papers with a CPU tier, in the order make reproduce runs them (finetune first: the others' claims read its Full
 # baseline); tests/test_docs.py checks they are the registry's (experiments.registry.PAPERS)
 PAPERS  := finetune recycling pema intrinsic_dim eat layer_fusion reverse_probing
